@@ -1,0 +1,1 @@
+"""Persistence: every trial, study and winner, in SQLite by default or any SQLAlchemy URL."""

@@ -1,0 +1,160 @@
+"""The tuning database, as SQLAlchemy 2.x typed ORM models.
+
+A *study* searches one bucketed key for one (device, kernel source, search space); each of its
+*trials* is committed as it finishes, so a killed run loses at most the trial in flight. The
+*winner* table holds one config per (device, kernel source, bucketed key): what exports ship.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict: JSON, list: JSON}
+
+
+class Device(Base):
+    """A GPU (or the CPU interpreter) together with the software stack that measured on it."""
+    __tablename__ = "devices"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(32), unique=True)
+    name: Mapped[str] = mapped_column(String(128))
+    compute_capability: Mapped[str] = mapped_column(String(16))
+    sm_count: Mapped[int]
+    smem_per_block: Mapped[int]
+    driver: Mapped[str] = mapped_column(String(64))
+    cuda: Mapped[str] = mapped_column(String(32))
+    torch_version: Mapped[str] = mapped_column(String(64))
+    triton_version: Mapped[str] = mapped_column(String(64))
+
+
+class KernelVersion(Base):
+    """A kernel by name and source hash: results measured with other source are not reused."""
+    __tablename__ = "kernels"
+    __table_args__ = (UniqueConstraint("name", "source_hash"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    source_hash: Mapped[str] = mapped_column(String(32))
+
+
+class SearchSpaceRecord(Base):
+    __tablename__ = "search_spaces"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hash: Mapped[str] = mapped_column(String(32), unique=True)
+    kernel_name: Mapped[str] = mapped_column(String(64))
+    strategy: Mapped[dict]
+    yaml: Mapped[str] = mapped_column(Text)
+
+
+class Run(Base):
+    """One `tune run` invocation: who ran what, where, and how it ended."""
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    backend: Mapped[str] = mapped_column(String(16))
+    hostname: Mapped[str] = mapped_column(String(255))
+    command: Mapped[list]
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+    status: Mapped[str] = mapped_column(String(16), default="running")
+
+
+class KeyColumns:
+    """The six bucketed key fields, shared by studies and winners."""
+    M: Mapped[int]
+    N: Mapped[int]
+    K: Mapped[int]
+    stride_am: Mapped[int]
+    stride_bk: Mapped[int]
+    dtype: Mapped[str] = mapped_column(String(8))
+
+    @property
+    def key(self) -> dict:
+        return {"M": self.M, "N": self.N, "K": self.K, "stride_am": self.stride_am,
+                "stride_bk": self.stride_bk, "dtype": self.dtype}
+
+
+class Study(KeyColumns, Base):
+    """The search of one bucketed key, run on one representative shape of that bucket."""
+    __tablename__ = "studies"
+    __table_args__ = (Index("ix_study_lookup", "device_id", "kernel_id", "space_id", "M", "N",
+                            "K", "stride_am", "stride_bk", "dtype"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
+    space_id: Mapped[int] = mapped_column(ForeignKey("search_spaces.id"))
+    # the shape actually timed (the bucket's representative)
+    shape_M: Mapped[int]
+    shape_N: Mapped[int]
+    shape_K: Mapped[int]
+    shape_layout: Mapped[str] = mapped_column(String(2))
+    seed: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    reason: Mapped[str | None] = mapped_column(Text)
+    baseline_ms: Mapped[float | None]  # cuBLAS (torch.matmul) on the same inputs
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+    trials: Mapped[list["Trial"]] = relationship(back_populates="study", order_by="Trial.number")
+    kernel: Mapped[KernelVersion] = relationship()
+    space: Mapped[SearchSpaceRecord] = relationship()
+
+    @property
+    def shape_label(self) -> str:
+        return f"{self.shape_M}x{self.shape_N}x{self.shape_K} {self.dtype} {self.shape_layout}"
+
+
+class Trial(Base):
+    """One config tried: its params, how it ended, and what it measured."""
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("study_id", "number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    number: Mapped[int]
+    params: Mapped[dict]
+    # ok | infeasible | compile_error | runtime_error | wrong
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    p20_ms: Mapped[float | None]
+    p50_ms: Mapped[float | None]
+    p80_ms: Mapped[float | None]
+    tflops: Mapped[float | None]
+    rel_error: Mapped[float | None]
+    compile_s: Mapped[float | None]
+    timing_method: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    study: Mapped[Study] = relationship(back_populates="trials")
+
+
+class Winner(KeyColumns, Base):
+    """The config to ship for one (device, kernel source, bucketed key)."""
+    __tablename__ = "winners"
+    __table_args__ = (UniqueConstraint("device_id", "kernel_id", "M", "N", "K", "stride_am",
+                                       "stride_bk", "dtype"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"))
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    device: Mapped[Device] = relationship()
+    kernel: Mapped[KernelVersion] = relationship()
+    study: Mapped[Study] = relationship()
+    trial: Mapped[Trial] = relationship()

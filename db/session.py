@@ -1,0 +1,58 @@
+"""Opening the tuning database from a URL, with one clear error line when that fails."""
+from __future__ import annotations
+
+import os
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from tuner.db.models import Base
+
+DEFAULT_URL = "sqlite:///tune.db"
+# SQLite waits this long for a lock held by another local process instead of failing.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class DatabaseError(RuntimeError):
+    """The database URL is malformed, its driver is missing, or it cannot be reached."""
+
+
+def resolve_url(url: str | None) -> str:
+    """--db, else TUNE_DB, else ./tune.db."""
+    return url or os.environ.get("TUNE_DB") or DEFAULT_URL
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    # WAL lets readers (tune show/export) work while a run writes; foreign keys are off by
+    # default in SQLite.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def open_engine(url: str | None = None) -> Engine:
+    """An engine for the URL with the schema created; DatabaseError with one line otherwise."""
+    url = resolve_url(url)
+    try:
+        parsed = make_url(url)
+        engine = create_engine(parsed)
+    except (NoSuchModuleError, ModuleNotFoundError) as e:
+        raise DatabaseError(f"database URL {url!r}: driver not available ({e})") from None
+    except ArgumentError as e:
+        raise DatabaseError(f"bad database URL {url!r}: {e}") from None
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    try:
+        Base.metadata.create_all(engine)
+    except SQLAlchemyError as e:
+        first = str(e.orig if getattr(e, "orig", None) else e).splitlines()[0]
+        raise DatabaseError(f"cannot open database {parsed.render_as_string()}: {first}") from None
+    return engine
+
+
+def session_factory(url: str | None = None) -> sessionmaker[Session]:
+    return sessionmaker(open_engine(url), expire_on_commit=False)

@@ -1,0 +1,29 @@
+"""Test set-up shared by every test module.
+
+Without a CUDA GPU the kernels run through Triton's interpreter, which must be switched on
+before triton is first imported, so it happens here, at collection time. Tests marked `gpu`
+are skipped on such machines and run on the GPU machine (`pytest -m gpu`).
+"""
+import os
+
+import pytest
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device() -> str:
+    """Where kernel tests put their tensors: the GPU if there is one, else the interpreter's CPU."""
+    return "cuda" if HAS_GPU else "cpu"

@@ -1,0 +1,112 @@
+"""The `tune` command line end to end, on the CPU through Triton's interpreter."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tuner import runtime
+from tuner.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+# --backend interpret must own triton's mode; on a GPU machine triton is already compiled-mode.
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="interpreter CLI tests run on CPU-only machines")
+SHAPES = "M,N,K,dtype,layout,weight\n40,48,64,bf16,nn,1\n33,40,50,fp16,nt,1\n24,1,70,fp32,tn,1\n"
+SMALL_SPACE = """kernel: mm
+params: {BLOCK_M: [16, 32], BLOCK_N: [16, 32], BLOCK_K: [32, 64], GROUP_M: [1, 4],
+         num_stages: [2], num_warps: [2, 4]}
+strategy: {M: align32, N: align32, K: align32, stride_am: align32, stride_bk: align32,
+           dtype: default}
+"""
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "shapes.csv").write_text(SHAPES)
+    (tmp_path / "space.yaml").write_text(SMALL_SPACE)
+    return tmp_path
+
+
+def tune(workdir, *args):
+    db = f"sqlite:///{workdir / 'tune.db'}"
+    return CliRunner().invoke(main, [*args, "--db", db], catch_exceptions=False)
+
+
+def run_args(workdir, trials=6):
+    return ["run", "--shapes", str(workdir / "shapes.csv"), "--space", str(workdir / "space.yaml"),
+            "--backend", "interpret", "--trials", str(trials)]
+
+
+def test_interpret_run_export_show_and_lookup(workdir, monkeypatch):
+    result = tune(workdir, *run_args(workdir))
+    assert result.exit_code == 0, result.output
+    assert "tuned 3, already tuned 0, failed 0" in result.output
+
+    again = tune(workdir, *run_args(workdir))
+    assert "tuned 0, already tuned 3" in again.output
+
+    table, expand = workdir / "tuned.yaml", workdir / "expand.yaml"
+    assert tune(workdir, "export", "--format", "table", "-o", str(table)).exit_code == 0
+    assert tune(workdir, "export", "--format", "expand", "-o", str(expand)).exit_code == 0
+    doc = yaml.safe_load(table.read_text())
+    assert doc["device"]["name"] == "cpu-interpreter"
+    assert {op: len(body["entries"]) for op, body in doc["ops"].items()} == {"mm": 2, "gemv": 1}
+    assert set(yaml.safe_load(expand.read_text())) == {"mm_general_tma", "gemv"}
+
+    shown = tune(workdir, "show")
+    assert shown.exit_code == 0 and "40x48x64 bf16 nn" in shown.output
+
+    runtime.clear_cache()
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    entry = next(e for e in doc["ops"]["mm"]["entries"] if e["tuned_shape"].startswith("40x48"))
+    assert dict(runtime.get_tuned_config("mm", M=40, N=48, K=64, dtype="bf16", stride_am=64,
+                                         stride_bk=48)) == entry["config"]
+
+
+def test_retune_runs_again(workdir):
+    tune(workdir, *run_args(workdir, trials=2))
+    result = tune(workdir, *run_args(workdir, trials=2), "--retune")
+    assert "tuned 3, already tuned 0" in result.output
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ("M,N,K,dtype\n4,4,4,int8\n", "shapes.csv:2: dtype must be one of"),
+    ("M,N\n4,4\n", "shapes.csv:1: header must be"),
+])
+def test_bad_shapes_write_nothing(workdir, shapes, message):
+    (workdir / "shapes.csv").write_text(shapes)
+    result = tune(workdir, *run_args(workdir))
+    assert result.exit_code == 1
+    assert message in result.output and result.output.count("\n") == 1
+    assert not (workdir / "tune.db").exists()
+
+
+def test_bad_space_is_one_line(workdir):
+    (workdir / "space.yaml").write_text(SMALL_SPACE.replace("num_warps: [2, 4]", "num_warps: 4"))
+    result = tune(workdir, *run_args(workdir))
+    assert result.exit_code == 1
+    assert "space.yaml: field 'params.num_warps': expected a non-empty list" in result.output
+
+
+def test_export_with_nothing_tuned(workdir):
+    result = tune(workdir, "export", "-o", str(workdir / "x.yaml"))
+    assert result.exit_code == 1 and "no winners in the database" in result.output
+
+
+def test_gpu_backend_without_gpu_is_one_clear_line(workdir):
+    """In a fresh process (no interpreter set): the default backend needs a GPU."""
+    if __import__("torch").cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "run", "--shapes",
+                           str(workdir / "shapes.csv"), "--db",
+                           f"sqlite:///{workdir / 'tune.db'}"],
+                          capture_output=True, text=True, cwd=workdir)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "Error: no CUDA GPU visible (torch.cuda.is_available() is False); use --backend "
+        "interpret to run on the CPU through Triton's interpreter"]
+    assert not (workdir / "tune.db").exists()

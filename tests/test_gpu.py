@@ -1,0 +1,67 @@
+"""On a real GPU: the tuner's pipeline end to end, and kernels at sizes the interpreter can't run.
+
+Marked `gpu`: skipped on CPU-only machines, run on the GPU machine with `pytest -m gpu`.
+"""
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+import tuner
+from tuner import runtime
+from tuner.backends import gpu_backend
+from tuner.cli import main
+from tuner.dtypes import DTYPES
+from tuner.execution import random_operands, relative_error
+from tuner.kernels import KERNELS
+from tuner.shapes import Shape
+
+pytestmark = pytest.mark.gpu
+
+
+def test_gpu_fingerprint_describes_this_device():
+    info = gpu_backend(0).info
+    props = torch.cuda.get_device_properties(0)
+    assert info.name == props.name and info.sm_count == props.multi_processor_count
+    assert info.compute_capability == f"{props.major}.{props.minor}"
+    assert info.smem_per_block >= 48 * 1024
+
+
+@pytest.mark.parametrize("shape", [Shape(4097, 4095, 4100, "bf16", "nn"),
+                                   Shape(1000, 3000, 2000, "fp16", "nt"),
+                                   Shape(257, 1, 8191, "fp32", "tn"),
+                                   Shape(1, 6144, 4096, "bf16", "nt"),
+                                   Shape(333, 555, 777, "fp32", "tt")])
+def test_kernels_correct_at_scale(shape):
+    a, b = random_operands(shape, "cuda", seed=7)
+    ref = a.double() @ b.double()
+    kernel = KERNELS["gemv" if shape.N == 1 else "mm"]
+    config = runtime.DEFAULT_CONFIGS[kernel.name]
+    out = torch.full((shape.M, shape.N), float("nan"), dtype=a.dtype, device="cuda")
+    kernel.launch(a, b, out, config)
+    assert relative_error(out, ref) <= DTYPES[shape.dtype].tolerance
+
+
+def test_gpu_run_export_then_matmul_uses_the_winner(tmp_path, monkeypatch):
+    (tmp_path / "shapes.csv").write_text("M,N,K,dtype,layout\n512,768,1024,bf16,nt\n"
+                                         "96,1,2048,fp16,nn\n")
+    db = f"sqlite:///{tmp_path / 'tune.db'}"
+    cli = CliRunner()
+    result = cli.invoke(main, ["run", "--shapes", str(tmp_path / "shapes.csv"), "--trials", "8",
+                               "--db", db], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "tuned 2" in result.output
+    table = tmp_path / "tuned.yaml"
+    assert cli.invoke(main, ["export", "--format", "table", "-o", str(table), "--db", db]
+                      ).exit_code == 0
+    doc = yaml.safe_load(table.read_text())
+    assert doc["device"]["name"] == torch.cuda.get_device_name(0)
+    entry = doc["ops"]["mm"]["entries"][0]
+    assert entry["tflops"] > 0 and entry["cublas_ms"] > 0
+
+    runtime.clear_cache()
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    a, b = random_operands(Shape(512, 768, 1024, "bf16", "nt"), "cuda", seed=3)
+    assert dict(runtime.get_tuned_config("mm", M=512, N=768, K=1024, dtype="bf16",
+                                         stride_am=1024, stride_bk=1)) == entry["config"]
+    assert relative_error(tuner.matmul(a, b), a.double() @ b.double()) <= 1e-2

@@ -1,0 +1,192 @@
+"""Database round trip, exports, and the runtime lookup reading back what was exported."""
+import subprocess
+import sys
+import warnings
+
+import pytest
+import yaml
+
+from tuner import runtime
+from tuner.backends import DeviceInfo
+from tuner.bucketing import bucket_key
+from tuner.db.session import DatabaseError, session_factory
+from tuner.db.store import Store
+from tuner.execution import TrialResult
+from tuner.export import (EXPAND_OP_NAMES, ExportError, current_only, expand_document,
+                          select_device, table_document, write_atomic)
+from tuner.shapes import Shape
+from tuner.space import parse_space
+
+PARAMS = {"mm": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")}
+SPACE = parse_space({
+    "kernel": "mm",
+    "params": {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [32, 64],
+               "GROUP_M": [8], "num_stages": [2, 3], "num_warps": [4, 8]},
+    "strategy": {"M": "align32", "N": "align32", "K": "align32", "stride_am": "align32",
+                 "stride_bk": "align32", "dtype": "default"}}, "test", PARAMS)
+H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 232448, "580.1", "13.0", "2.11", "3.6")
+
+
+def config(bm, bn, bk, stages=3, warps=8):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_stages": stages,
+            "num_warps": warps}
+
+
+def tune_fake(store, info, shape, results, kernel_hash="abc"):
+    """Record a study of `shape` with the given (params, TrialResult) list, as the tuner would."""
+    device = store.device(info)
+    kernel = store.kernel("mm", kernel_hash)
+    space = store.space(SPACE)
+    run = store.start_run(device, "gpu", ["tune", "run"])
+    key = dict(zip(("M", "N", "K", "stride_am", "stride_bk", "dtype"),
+                   bucket_key(shape.key(), SPACE.strategy)))
+    study = store.open_study(device, kernel, space, key, shape, seed=0, retune=False)
+    rows = [store.add_trial(study, run, i, params, **r.as_columns(), timing_method="do_bench")
+            for i, (params, r) in enumerate(results)]
+    ok = [t for t in rows if t.status == "ok"]
+    best = max(ok, key=lambda t: t.tflops)
+    store.finish_study(study, best, baseline_ms=0.2)
+    store.finish_run(run, "finished")
+    return device, kernel, space, key, best
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(session_factory(f"sqlite:///{tmp_path / 'tune.db'}"))
+
+
+def ok(ms, tflops):
+    return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, tflops, 1e-3, 1.5)
+
+
+SQUARE = Shape(4096, 4096, 4096, "bf16", "nn")
+DECODE = Shape(1, 6144, 4096, "bf16", "nt")
+
+
+def test_trials_and_winner_round_trip(store):
+    results = [(config(128, 128, 64), ok(0.20, 690.0)),
+               (config(256, 256, 64), TrialResult("infeasible", "shared memory: needs ...")),
+               (config(64, 64, 32), ok(0.40, 345.0)),
+               (config(32, 64, 32), TrialResult("wrong", "relative error 0.5 > 0.01",
+                                                rel_error=0.5, compile_s=1.0))]
+    device, kernel, space, key, best = tune_fake(store, H100, SQUARE, results)
+    assert store.finished_study(device, kernel, space, key) is not None
+    (winner,) = store.winners()
+    assert winner.trial.params == config(128, 128, 64)
+    assert winner.trial.p50_ms == pytest.approx(0.20)
+    assert winner.device.name == H100.name and winner.kernel.source_hash == "abc"
+    study = winner.study
+    assert [t.status for t in store.open_study(device, kernel, space, key, SQUARE, 0,
+                                               retune=True).trials] == []
+    with store.sessions() as s:
+        from tuner.db.models import Trial
+        statuses = sorted(t.status for t in s.query(Trial).filter_by(study_id=study.id))
+    assert statuses == ["infeasible", "ok", "ok", "wrong"]
+
+
+def test_a_later_study_replaces_the_winner(store):
+    tune_fake(store, H100, SQUARE, [(config(64, 64, 32), ok(0.4, 345.0))])
+    tune_fake(store, H100, SQUARE, [(config(128, 256, 64), ok(0.19, 720.0))])
+    (winner,) = store.winners()
+    assert winner.trial.params == config(128, 256, 64)
+
+
+def test_unfinished_study_is_resumed_with_its_trials(store):
+    device = store.device(H100)
+    kernel, space = store.kernel("mm", "abc"), store.space(SPACE)
+    run = store.start_run(device, "gpu", ["tune"])
+    key = SQUARE.key()
+    study = store.open_study(device, kernel, space, key, SQUARE, 0, retune=False)
+    store.add_trial(study, run, 0, config(64, 64, 32), **ok(0.4, 345.0).as_columns())
+    again = store.open_study(device, kernel, space, key, SQUARE, 0, retune=False)
+    assert again.id == study.id and [t.params for t in again.trials] == [config(64, 64, 32)]
+    assert store.finished_study(device, kernel, space, key) is None
+
+
+def test_bad_database_urls_are_one_line_errors(tmp_path):
+    with pytest.raises(DatabaseError, match="bad database URL 'nonsense'"):
+        session_factory("nonsense")
+    with pytest.raises(DatabaseError, match="driver not available"):
+        session_factory("postgresql+nosuchdriver://u@localhost/db")
+    with pytest.raises(DatabaseError, match="cannot open database"):
+        session_factory(f"sqlite:///{tmp_path}/missing/dir/tune.db")
+
+
+def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monkeypatch):
+    tune_fake(store, H100, SQUARE, [(config(128, 256, 64), ok(0.19, 720.0)),
+                                    (config(64, 64, 32), ok(0.4, 345.0))])
+    tune_fake(store, H100, DECODE, [(config(32, 64, 128, 4, 4), ok(0.02, 25.0))])
+    device, winners = select_device(store.winners(), None)
+
+    expand = expand_document(winners, PARAMS)
+    space, strategy = expand[EXPAND_OP_NAMES["mm"]]
+    assert space["config"] is None
+    assert space["param_map"] == {"META": {"BLOCK_M": "block_m", "BLOCK_N": "block_n",
+                                           "BLOCK_K": "block_k", "GROUP_M": "group_m"},
+                                  "num_stages": "stages", "num_warps": "warps"}
+    assert space["block_m"] == [32, 128] and space["stages"] == [3, 4] and space["warps"] == [4, 8]
+    assert strategy == {"strategy": SPACE.strategy}
+
+    path = tmp_path / "out" / "tuned.yaml"
+    write_atomic(path, table_document(device, winners))
+    doc = yaml.safe_load(path.read_text())
+    assert doc["device"]["name"] == H100.name and doc["device"]["triton"] == "3.6"
+    (entry,) = [e for e in doc["ops"]["mm"]["entries"] if e["tuned_shape"].startswith("4096")]
+    assert entry["cublas_ms"] == 0.2 and entry["tflops"] == 720.0
+    assert list(tmp_path.joinpath("out").iterdir()) == [path]  # no temp file left
+
+    runtime.clear_cache()
+    monkeypatch.setenv("TUNE_CONFIG", str(path))
+    got = runtime.get_tuned_config("mm", M=4096, N=4096, K=4096, dtype="bf16",
+                                   stride_am=4096, stride_bk=4096)
+    assert dict(got) == config(128, 256, 64)
+    # same bucket under align32: 4090 -> 4096
+    assert runtime.get_tuned_config("mm", M=4090, N=4096, K=4096, dtype="bf16",
+                                    stride_am=4096, stride_bk=4096) is got
+    assert dict(runtime.get_tuned_config("mm", M=1, N=6144, K=4096, dtype="bf16", stride_am=4096,
+                                         stride_bk=1)) == config(32, 64, 128, 4, 4)
+
+
+def test_runtime_miss_warns_once_per_key(tmp_path):
+    runtime.clear_cache()
+    path = tmp_path / "t.yaml"
+    write_atomic(path, {"format": runtime.TABLE_FORMAT, "ops": {}})
+    kwargs = dict(M=100, N=200, K=300, dtype="fp16", stride_am=300, stride_bk=200, path=path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = runtime.get_tuned_config("mm", **kwargs)
+        runtime.get_tuned_config("mm", **kwargs)
+        runtime.get_tuned_config("mm", **(kwargs | {"M": 101}))
+    assert first == runtime.DEFAULT_CONFIGS["mm"]
+    assert len(caught) == 2 and "no tuned mm config" in str(caught[0].message)
+
+
+def test_runtime_rejects_a_file_that_is_not_a_table(tmp_path):
+    runtime.clear_cache()
+    path = tmp_path / "expand.yaml"
+    path.write_text("mm_general_tma: []\n")
+    with pytest.raises(ValueError, match="not a 'gemm-tuner-table/1' file"):
+        runtime.get_tuned_config("mm", M=1, N=2, K=3, dtype="fp16", stride_am=3, stride_bk=2,
+                                 path=path)
+
+
+def test_device_selection_and_stale_winners(store):
+    tune_fake(store, H100, SQUARE, [(config(64, 64, 32), ok(0.4, 345.0))])
+    h200 = DeviceInfo("NVIDIA H200", "9.0", 132, 232448, "580.1", "13.0", "2.11", "3.6")
+    tune_fake(store, h200, SQUARE, [(config(64, 64, 32), ok(0.3, 400.0))], kernel_hash="old")
+    winners = store.winners()
+    with pytest.raises(ExportError, match="winners from 2 devices"):
+        select_device(winners, None)
+    device, chosen = select_device(winners, "h200")
+    assert device.name == "NVIDIA H200" and len(chosen) == 1
+    current, stale = current_only(winners, {"mm": "abc"})
+    assert stale == 1 and current[0].device.name == H100.name
+    with pytest.raises(ExportError, match="no winners in the database for device 'a100'"):
+        select_device(winners, "a100")
+
+
+def test_runtime_imports_neither_optuna_nor_sqlalchemy():
+    code = ("import sys, tuner.runtime; "
+            "print(sorted(m for m in ('optuna', 'sqlalchemy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

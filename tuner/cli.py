@@ -1,0 +1,164 @@
+"""The `tune` command line: run, export, show.
+
+Heavy imports (triton, the kernels, optuna, sqlalchemy) happen inside the commands: `tune run
+--backend interpret` must set TRITON_INTERPRET before triton is first imported.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+
+import click
+
+from tuner.shapes import ShapesError, load_shapes
+from tuner.space import SpaceError
+
+db_option = click.option(
+    "--db", "db_url", envvar="TUNE_DB", default=None, metavar="URL",
+    help="SQLAlchemy database URL [default: sqlite:///tune.db; env: TUNE_DB].")
+device_option = click.option(
+    "--device", "device_selector", default=None, metavar="NAME",
+    help="Which device's winners (part of its name, or a fingerprint prefix); needed only "
+         "when the database holds several.")
+
+
+def one_line_errors(command):
+    """Turn the tool's own input and environment errors into click's one-line 'Error: ...'."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from tuner.backends import NoGpuError
+        from tuner.db.session import DatabaseError
+        from tuner.export import ExportError
+        try:
+            return command(*args, **kwargs)
+        except (ShapesError, SpaceError, NoGpuError, DatabaseError, ExportError) as e:
+            raise click.ClickException(str(e)) from None
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gemm-tuner")
+def main():
+    """gemm-tuner: autotune Triton GEMM kernels for your model's shapes, and keep the results."""
+
+
+@main.command()
+@click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV with header M,N,K,dtype[,layout][,weight].")
+@click.option("--space", "space_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
+@click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
+              help="Trials per study (one study per bucketed key).")
+@click.option("--timeout", "timeout_s", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per study, at most.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the sampler and inputs.")
+@db_option
+@click.option("--retune", is_flag=True, help="Tune keys again even if already tuned.")
+@click.option("--backend", "backend_name", type=click.Choice(["gpu", "interpret"]),
+              default="gpu", show_default=True,
+              help="interpret: run on the CPU through Triton's interpreter (correctness is "
+                   "real, timings are not GPU timings and are stored apart).")
+@click.option("--gpu", "gpu_index", default=0, show_default=True, help="CUDA device index.")
+@one_line_errors
+def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backend_name,
+        gpu_index):
+    """Tune every shape listed in --shapes and store every trial in the database."""
+    shapes = load_shapes(shapes_path)
+    if backend_name == "interpret":
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            raise click.ClickException("--backend interpret: triton was imported before "
+                                       "TRITON_INTERPRET could be set")
+        os.environ["TRITON_INTERPRET"] = "1"
+    from tuner.backends import gpu_backend, interpreter_backend
+    backend = interpreter_backend() if backend_name == "interpret" else gpu_backend(gpu_index)
+
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+    from tuner.kernels import KERNELS, kernel_for
+    from tuner.pipeline import tune
+    from tuner.planning import plan_studies
+    from tuner.progress import RichReporter
+    from tuner.search import StudyBudget
+    from tuner.space import builtin_spaces, load_space
+
+    kernel_params = {name: k.params for name, k in KERNELS.items()}
+    spaces = builtin_spaces(kernel_params)
+    for path in space_paths:
+        space = load_space(path, kernel_params)
+        spaces[space.kernel] = space
+    plans = plan_studies(shapes, spaces, kernel_for)
+    store = Store(session_factory(db_url))
+    # A SIGTERM (a job scheduler, `timeout`) ends the run like Ctrl-C: marked interrupted, with
+    # every finished trial already committed; the same command resumes it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    click.echo(f"{len(shapes)} shapes -> {len(plans)} studies on {backend.info.name} "
+               f"({backend.info.fingerprint}), {trials} trials each", err=True)
+    with RichReporter(len(plans)) as reporter:
+        summary = tune(store, backend, plans, spaces, StudyBudget(trials, timeout_s, seed),
+                       retune, sys.argv, reporter)
+    click.echo(f"tuned {len(summary.tuned)}, already tuned {len(summary.skipped)}, "
+               f"failed {len(summary.failed)}", err=True)
+    if summary.failed:
+        raise click.ClickException("no correct config found for: " + "; ".join(summary.failed))
+
+
+def _winners(db_url, device_selector):
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+    from tuner.export import current_only, select_device
+    from tuner.kernels import KERNELS
+
+    winners = Store(session_factory(db_url)).winners()
+    winners, stale = current_only(winners, {n: k.source_hash for n, k in KERNELS.items()})
+    if stale:
+        click.echo(f"note: {stale} winners measured with older kernel source left out", err=True)
+    return select_device(winners, device_selector)
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["expand", "table"]), default="table",
+              show_default=True,
+              help="expand: FlagGems' expand schema; table: exact winners for tuner.runtime.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="File to write (replaced atomically).")
+@db_option
+@device_option
+@one_line_errors
+def export(fmt, output, db_url, device_selector):
+    """Write the winners of one device as YAML for deployments."""
+    from tuner.export import expand_document, table_document, write_atomic
+    from tuner.kernels import KERNELS
+
+    device, winners = _winners(db_url, device_selector)
+    if fmt == "expand":
+        doc = expand_document(winners, {n: k.params for n, k in KERNELS.items()})
+    else:
+        doc = table_document(device, winners)
+    write_atomic(output, doc)
+    click.echo(f"wrote {len(winners)} winners of {device.name} to {output} ({fmt})", err=True)
+
+
+@main.command()
+@db_option
+@device_option
+@one_line_errors
+def show(db_url, device_selector):
+    """List the winners: shape, config, time, TFLOP/s and speed relative to cuBLAS."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tuner.kernels.base import config_label
+
+    device, winners = _winners(db_url, device_selector)
+    table = Table(title=f"winners on {device.name} [{device.fingerprint}]")
+    for column in ("kernel", "tuned shape", "config", "ms", "TFLOP/s", "vs cuBLAS"):
+        table.add_column(column, justify="right" if column in ("ms", "TFLOP/s", "vs cuBLAS")
+                         else "left")
+    for w in winners:
+        t, study = w.trial, w.study
+        ratio = f"{study.baseline_ms / t.p50_ms:.2f}x" if study.baseline_ms else "-"
+        table.add_row(w.kernel.name, study.shape_label, config_label(t.params),
+                      f"{t.p50_ms:.4g}", f"{t.tflops:.4g}", ratio)
+    Console().print(table)

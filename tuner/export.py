@@ -1,0 +1,133 @@
+"""Writing the winners out for deployments, in FlagGems' expand schema or our exact table.
+
+The expand YAML narrows FlagGems' search to the values that won, with the bucketing strategy
+FlagGems should apply. The table YAML is exact, one row per bucketed key, with provenance,
+for `tuner.runtime.get_tuned_config`. Files are replaced atomically: a reader never sees half.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from tuner.bucketing import KEY_FIELDS
+from tuner.db.models import Device, Winner
+from tuner.runtime import TABLE_FORMAT
+
+# FlagGems' op names for our kernels.
+EXPAND_OP_NAMES = {"mm": "mm_general_tma", "gemv": "gemv"}
+# FlagGems' value-list names for the Triton launch options.
+_LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
+
+
+class ExportError(RuntimeError):
+    """Nothing, or nothing unambiguous, to export."""
+
+
+def select_device(winners: list[Winner], selector: str | None) -> tuple[Device, list[Winner]]:
+    """The one device whose winners to export: the only one, or the one --device names."""
+    devices = {w.device.id: w.device for w in winners}
+    if selector is not None:
+        s = selector.lower()
+        devices = {i: d for i, d in devices.items()
+                   if s in d.name.lower() or d.fingerprint.startswith(s)}
+    if not devices:
+        raise ExportError("no winners in the database" + (f" for device {selector!r}"
+                                                          if selector else "; run `tune run` first"))
+    if len(devices) > 1:
+        listed = "; ".join(f"{d.name} [{d.fingerprint}]" for d in devices.values())
+        raise ExportError(f"winners from {len(devices)} devices ({listed}); choose one with "
+                          "--device NAME-or-FINGERPRINT")
+    (device,) = devices.values()
+    return device, [w for w in winners if w.device.id == device.id]
+
+
+def current_only(winners: list[Winner], source_hashes: dict[str, str]) -> tuple[list[Winner], int]:
+    """Winners measured with today's kernel source, and how many were left out as stale."""
+    current = [w for w in winners if source_hashes.get(w.kernel.name) == w.kernel.source_hash]
+    return current, len(winners) - len(current)
+
+
+def _by_kernel(winners: list[Winner]) -> dict[str, list[Winner]]:
+    groups: dict[str, list[Winner]] = {}
+    for w in winners:
+        groups.setdefault(w.kernel.name, []).append(w)
+    return groups
+
+
+def _strategy(kernel: str, winners: list[Winner]) -> dict:
+    strategies = {tuple(w.study.space.strategy[f] for f in KEY_FIELDS) for w in winners}
+    if len(strategies) > 1:
+        raise ExportError(f"{kernel} winners were tuned with {len(strategies)} different "
+                          "bucketing strategies; one export holds one strategy per op")
+    return dict(zip(KEY_FIELDS, strategies.pop()))
+
+
+def _yaml_name(param: str) -> str:
+    return _LAUNCH_OPTION_NAMES.get(param, param.lower())
+
+
+def expand_document(winners: list[Winner], kernel_params: dict[str, tuple[str, ...]]) -> dict:
+    doc = {}
+    for kernel, group in _by_kernel(winners).items():
+        params = kernel_params[kernel]
+        meta = [p for p in params if p not in _LAUNCH_OPTION_NAMES]
+        space = {"config": None, "param_map": {
+            "META": {p: _yaml_name(p) for p in meta},
+            **{p: _yaml_name(p) for p in params if p in _LAUNCH_OPTION_NAMES}}}
+        for p in params:
+            space[_yaml_name(p)] = sorted({w.trial.params[p] for w in group})
+        doc[EXPAND_OP_NAMES[kernel]] = [space, {"strategy": _strategy(kernel, group)}]
+    return doc
+
+
+def _device_block(device: Device) -> dict:
+    return {"name": device.name, "fingerprint": device.fingerprint,
+            "compute_capability": device.compute_capability, "sm_count": device.sm_count,
+            "driver": device.driver, "cuda": device.cuda, "torch": device.torch_version,
+            "triton": device.triton_version}
+
+
+def table_document(device: Device, winners: list[Winner]) -> dict:
+    ops = {}
+    for kernel, group in _by_kernel(winners).items():
+        entries = []
+        for w in sorted(group, key=lambda w: tuple(w.key.values())):
+            t, study = w.trial, w.study
+            entries.append({
+                "key": w.key,
+                "config": dict(t.params),
+                "tuned_shape": study.shape_label,
+                "ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
+                "tflops": t.tflops,
+                "cublas_ms": study.baseline_ms,
+                "rel_error": t.rel_error,
+                "timing": t.timing_method,
+                "space_hash": study.space.hash,
+                "tuned_at": t.created_at.isoformat(timespec="seconds"),
+            })
+        ops[kernel] = {"kernel_source_hash": group[0].kernel.source_hash,
+                       "strategy": _strategy(kernel, group), "entries": entries}
+    return {"format": TABLE_FORMAT,
+            "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": _device_block(device), "ops": ops}
+
+
+def write_atomic(path: str | Path, doc: dict) -> None:
+    """Write YAML to a temporary file beside `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(doc, f, sort_keys=False, default_flow_style=None, width=100)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shipped
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

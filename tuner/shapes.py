@@ -1,0 +1,116 @@
+"""The shapes CSV a user lists their model's GEMMs in: `M,N,K,dtype,layout[,weight]`.
+
+Reading is all-or-nothing: the first malformed row raises `ShapesError` naming the file and
+line, before anything is tuned or written.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.dtypes import DTYPES
+
+LAYOUTS = ("nn", "nt", "tn", "tt")
+REQUIRED_COLUMNS = ("M", "N", "K", "dtype")
+OPTIONAL_COLUMNS = ("layout", "weight")
+
+
+class ShapesError(ValueError):
+    """A shapes CSV that cannot be used; the message is one line naming file and line."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One GEMM C[M,N] = A[M,K] @ B[K,N] as the model runs it.
+
+    layout is two letters, for A then B: `n` stored as written (A row-major M×K, B row-major
+    K×N), `t` stored transposed (A as K×M, B as N×K: the nn.Linear case x @ W.T).
+    """
+
+    M: int
+    N: int
+    K: int
+    dtype: str
+    layout: str = "nn"
+    weight: float = 1.0
+
+    @property
+    def stride_am(self) -> int:
+        return self.K if self.layout[0] == "n" else 1
+
+    @property
+    def stride_bk(self) -> int:
+        return self.N if self.layout[1] == "n" else 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+    def key(self) -> dict:
+        """The raw (un-bucketed) key fields the tuner and the runtime bucket."""
+        return {"M": self.M, "N": self.N, "K": self.K, "stride_am": self.stride_am,
+                "stride_bk": self.stride_bk, "dtype": self.dtype}
+
+    def __str__(self) -> str:
+        return f"{self.M}x{self.N}x{self.K} {self.dtype} {self.layout}"
+
+
+def _positive_int(text: str, column: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{column} must be an integer, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"{column} must be >= 1, got {value}")
+    return value
+
+
+def _parse_row(row: dict) -> Shape:
+    dtype = (row["dtype"] or "").strip()
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    layout = (row.get("layout") or "nn").strip()
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    weight_text = (row.get("weight") or "1").strip()
+    try:
+        weight = float(weight_text)
+    except ValueError:
+        raise ValueError(f"weight must be a number, got {weight_text!r}") from None
+    if not weight > 0:
+        raise ValueError(f"weight must be > 0, got {weight_text}")
+    dims = {c: _positive_int((row[c] or "").strip(), c) for c in ("M", "N", "K")}
+    return Shape(**dims, dtype=dtype, layout=layout, weight=weight)
+
+
+def load_shapes(path: str | Path) -> list[Shape]:
+    """Every row of the CSV, in order, duplicates dropped; ShapesError on the first bad line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ShapesError(f"{path}: cannot read shapes file ({e.strerror})") from None
+    reader = csv.DictReader(text.splitlines())
+    header = [h.strip() for h in reader.fieldnames or []]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    unknown = [c for c in header if c not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
+    if missing or unknown:
+        raise ShapesError(
+            f"{path}:1: header must be M,N,K,dtype[,layout][,weight]; "
+            + (f"missing {', '.join(missing)}" if missing else f"unknown column {unknown[0]!r}"))
+    reader.fieldnames = header
+    shapes: list[Shape] = []
+    for row in reader:
+        line = reader.line_num
+        if None in row or any(row[c] is None for c in header):
+            raise ShapesError(f"{path}:{line}: expected {len(header)} columns ({','.join(header)})")
+        try:
+            shape = _parse_row(row)
+        except ValueError as e:
+            raise ShapesError(f"{path}:{line}: {e}") from None
+        if shape not in shapes:
+            shapes.append(shape)
+    if not shapes:
+        raise ShapesError(f"{path}: no shapes listed")
+    return shapes
