@@ -4,7 +4,7 @@
 # .device/tune.db for at most TUNE_SECONDS, and copies the database to $OUT.
 # Usage (device machine, repo root): TUNE_SECONDS=420 bash benchmarks/gpu_session.sh [tests]
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
