@@ -16,15 +16,14 @@ from tuner.export import (EXPAND_OP_NAMES, ExportError, current_only, expand_doc
                           select_device, table_document, write_atomic)
 from tuner.shapes import Shape
 from tuner.space import parse_space
+from tests.factories import H100, PARAMS
 
-PARAMS = {"mm": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")}
 SPACE = parse_space({
     "kernel": "mm",
     "params": {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [32, 64],
                "GROUP_M": [8], "num_stages": [2, 3], "num_warps": [4, 8]},
     "strategy": {"M": "align32", "N": "align32", "K": "align32", "stride_am": "align32",
                  "stride_bk": "align32", "dtype": "default"}}, "test", PARAMS)
-H100 = DeviceInfo("NVIDIA H100 80GB HBM3", "9.0", 132, 232448, "580.1", "13.0", "2.11", "3.6")
 
 
 def config(bm, bn, bk, stages=3, warps=8):

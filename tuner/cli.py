@@ -93,8 +93,10 @@ def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backe
     # A SIGTERM (a job scheduler, `timeout`) ends the run like Ctrl-C: marked interrupted, with
     # every finished trial already committed; the same command resumes it.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    sizes = ", ".join(f"{name} {spaces[name].size}" for name in sorted({p.kernel for p in plans}))
     click.echo(f"{len(shapes)} shapes -> {len(plans)} studies on {backend.info.name} "
-               f"({backend.info.fingerprint}), {trials} trials each", err=True)
+               f"({backend.info.fingerprint}), {trials} trials each (configs in space: {sizes})",
+               err=True)
     with RichReporter(len(plans)) as reporter:
         summary = tune(store, backend, plans, spaces, StudyBudget(trials, timeout_s, seed),
                        retune, sys.argv, reporter)

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from tuner.dtypes import DTYPES
+from tuner.dtypes import NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for
 from tuner.runtime import get_tuned_config
-
-_DTYPE_NAMES = {d.torch: d.name for d in DTYPES.values()}
-
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
            allow_tf32: bool = False) -> torch.Tensor:
@@ -24,7 +21,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
-    dtype = _DTYPE_NAMES.get(a.dtype)
+    dtype = NAME_OF_TORCH_DTYPE.get(a.dtype)
     if dtype is None or b.dtype != a.dtype:
         raise TypeError(f"matmul: a and b must share one of fp16, bf16, fp32; got {a.dtype} "
                         f"and {b.dtype}")

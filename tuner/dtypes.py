@@ -17,10 +17,6 @@ class DType:
     # Largest accepted relative Frobenius error ||out - ref|| / ||ref||, ref in float64.
     tolerance: float
 
-    @property
-    def itemsize(self) -> int:
-        return self.torch.itemsize
-
 
 DTYPES: dict[str, DType] = {
     "fp16": DType("fp16", torch.float16, 1e-2),
@@ -32,15 +28,5 @@ DTYPES: dict[str, DType] = {
 # fp32 inputs with tf32 tensor-core arithmetic (opt-in): ~3e-4 typical error.
 TF32_TOLERANCE = 5e-3
 
-_BY_TORCH = {d.torch: d for d in DTYPES.values()}
-
-
-def dtype_of(tensor_dtype: torch.dtype) -> DType:
-    """The DType for a torch dtype; ValueError naming the supported ones otherwise."""
-    try:
-        return _BY_TORCH[tensor_dtype]
-    except KeyError:
-        raise ValueError(
-            f"unsupported dtype {tensor_dtype}; expected one of "
-            + ", ".join(str(d.torch) for d in DTYPES.values())
-        ) from None
+# torch dtype -> our name, for code that starts from a tensor (the dispatcher).
+NAME_OF_TORCH_DTYPE = {d.torch: d.name for d in DTYPES.values()}

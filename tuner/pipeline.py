@@ -35,12 +35,13 @@ def tune(store: Store, backend: Backend, plans: list[KeyPlan], spaces: dict[str,
     device = store.device(backend.info)
     run = store.start_run(device, backend.name, command)
     summary = RunSummary()
+    kernel_rows = {name: store.kernel(name, KERNELS[name].source_hash) for name in spaces}
+    space_rows = {name: store.space(space) for name, space in spaces.items()}
     status = "failed"
     try:
         for plan in plans:
             kernel, space = KERNELS[plan.kernel], spaces[plan.kernel]
-            kernel_row = store.kernel(kernel.name, kernel.source_hash)
-            space_row = store.space(space)
+            kernel_row, space_row = kernel_rows[plan.kernel], space_rows[plan.kernel]
             if not retune and store.finished_study(device, kernel_row, space_row, plan.key):
                 summary.skipped.append(plan.label)
                 reporter.key_done(plan, "already tuned")

@@ -67,7 +67,8 @@ def run_study(store: Store, run: Run, record: Study, bench: ShapeBench, kernel: 
             break
         trial = study.ask(distributions)
         params = dict(trial.params)
-        known = seen.get(tuple(sorted(params.items())))
+        signature = tuple(sorted(params.items()))
+        known = seen.get(signature)
         if known is not None:
             _tell(study, trial, known.tflops if known.status == "ok" else None)
             continue
@@ -76,7 +77,7 @@ def run_study(store: Store, run: Run, record: Study, bench: ShapeBench, kernel: 
                               timing_method=bench.backend.method if result.status == "ok"
                               else None)
         number += 1
-        seen[tuple(sorted(params.items()))] = row
+        seen[signature] = row
         _tell(study, trial, result.tflops)
         on_trial(len(study.trials), result)
 
