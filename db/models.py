@@ -1,6 +1,7 @@
 """The tuning database, as SQLAlchemy 2.x typed ORM models.
 
-A *study* searches one bucketed key for one (device, kernel source, search space); each of its
+Tables are prefixed `tuner_` because Optuna's RDB storage keeps its own `studies` and
+`trials` tables in the same database. A *study* searches one bucketed key for one (device, kernel source, search space); each of its
 *trials* is committed as it finishes, so a killed run loses at most the trial in flight. The
 *winner* table holds one config per (device, kernel source, bucketed key): what exports ship.
 """
@@ -22,7 +23,7 @@ class Base(DeclarativeBase):
 
 class Device(Base):
     """A GPU (or the CPU interpreter) together with the software stack that measured on it."""
-    __tablename__ = "devices"
+    __tablename__ = "tuner_devices"
 
     id: Mapped[int] = mapped_column(primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(32), unique=True)
@@ -38,7 +39,7 @@ class Device(Base):
 
 class KernelVersion(Base):
     """A kernel by name and source hash: results measured with other source are not reused."""
-    __tablename__ = "kernels"
+    __tablename__ = "tuner_kernels"
     __table_args__ = (UniqueConstraint("name", "source_hash"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -47,7 +48,7 @@ class KernelVersion(Base):
 
 
 class SearchSpaceRecord(Base):
-    __tablename__ = "search_spaces"
+    __tablename__ = "tuner_search_spaces"
 
     id: Mapped[int] = mapped_column(primary_key=True)
     hash: Mapped[str] = mapped_column(String(32), unique=True)
@@ -58,10 +59,10 @@ class SearchSpaceRecord(Base):
 
 class Run(Base):
     """One `tune run` invocation: who ran what, where, and how it ended."""
-    __tablename__ = "runs"
+    __tablename__ = "tuner_runs"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("tuner_devices.id"))
     backend: Mapped[str] = mapped_column(String(16))
     hostname: Mapped[str] = mapped_column(String(255))
     command: Mapped[list]
@@ -87,14 +88,14 @@ class KeyColumns:
 
 class Study(KeyColumns, Base):
     """The search of one bucketed key, run on one representative shape of that bucket."""
-    __tablename__ = "studies"
+    __tablename__ = "tuner_studies"
     __table_args__ = (Index("ix_study_lookup", "device_id", "kernel_id", "space_id", "M", "N",
                             "K", "stride_am", "stride_bk", "dtype"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
-    space_id: Mapped[int] = mapped_column(ForeignKey("search_spaces.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("tuner_devices.id"))
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("tuner_kernels.id"))
+    space_id: Mapped[int] = mapped_column(ForeignKey("tuner_search_spaces.id"))
     # the shape actually timed (the bucket's representative)
     shape_M: Mapped[int]
     shape_N: Mapped[int]
@@ -118,12 +119,12 @@ class Study(KeyColumns, Base):
 
 class Trial(Base):
     """One config tried: its params, how it ended, and what it measured."""
-    __tablename__ = "trials"
+    __tablename__ = "tuner_trials"
     __table_args__ = (UniqueConstraint("study_id", "number"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    study_id: Mapped[int] = mapped_column(ForeignKey("tuner_studies.id"), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("tuner_runs.id"))
     number: Mapped[int]
     params: Mapped[dict]
     # ok | infeasible | compile_error | runtime_error | wrong
@@ -138,20 +139,20 @@ class Trial(Base):
     timing_method: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    study: Mapped[Study] = relationship(back_populates="trials")
+    study: Mapped[Study] = relationship(back_populates="tuner_trials")
 
 
 class Winner(KeyColumns, Base):
     """The config to ship for one (device, kernel source, bucketed key)."""
-    __tablename__ = "winners"
+    __tablename__ = "tuner_winners"
     __table_args__ = (UniqueConstraint("device_id", "kernel_id", "M", "N", "K", "stride_am",
                                        "stride_bk", "dtype"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id"))
-    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
-    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"))
-    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+    device_id: Mapped[int] = mapped_column(ForeignKey("tuner_devices.id"))
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("tuner_kernels.id"))
+    study_id: Mapped[int] = mapped_column(ForeignKey("tuner_studies.id"))
+    trial_id: Mapped[int] = mapped_column(ForeignKey("tuner_trials.id"))
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
     device: Mapped[Device] = relationship()
