@@ -1,8 +1,8 @@
 """The tuning database, as SQLAlchemy 2.x typed ORM models.
 
 Tables are prefixed `tuner_` because Optuna's RDB storage keeps its own `studies` and
-`trials` tables in the same database. A *study* searches one bucketed key for one (device, kernel source, search space); each of its
-*trials* is committed as it finishes, so a killed run loses at most the trial in flight. The
+`trials` tables in the same database. A *study* searches one bucketed key for one (device,
+kernel source, search space); each of its *trials* is committed as it finishes, so a killed run loses at most the trial in flight. The
 *winner* table holds one config per (device, kernel source, bucketed key): what exports ship.
 """
 from __future__ import annotations
@@ -139,7 +139,7 @@ class Trial(Base):
     timing_method: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    study: Mapped[Study] = relationship(back_populates="tuner_trials")
+    study: Mapped[Study] = relationship(back_populates="trials")
 
 
 class Winner(KeyColumns, Base):
