@@ -2,8 +2,10 @@
 
 Tables are prefixed `tuner_` because Optuna's RDB storage keeps its own `studies` and
 `trials` tables in the same database. A *study* searches one bucketed key for one (device,
-kernel source, search space); each of its *trials* is committed as it finishes, so a killed run loses at most the trial in flight. The
-*winner* table holds one config per (device, kernel source, bucketed key): what exports ship.
+kernel source, search space); each of its *trials* is committed as it finishes, so a killed
+run loses at most the trials in flight. The *winner* table holds one config per (device,
+kernel source, bucketed key): what exports ship. *Failures* remember configs that cannot work
+for a specialization; *claims* let several `tune run` processes share one database.
 """
 from __future__ import annotations
 
@@ -105,6 +107,12 @@ class Study(KeyColumns, Base):
     status: Mapped[str] = mapped_column(String(16), default="running")
     reason: Mapped[str | None] = mapped_column(Text)
     baseline_ms: Mapped[float | None]  # cuBLAS (torch.matmul) on the same inputs
+    # The winner's timing from the final interleaved re-timing of the top configs, and the
+    # trials that re-timed within the noise of it (a tie, broken by resources).
+    final_p20_ms: Mapped[float | None]
+    final_p50_ms: Mapped[float | None]
+    final_p80_ms: Mapped[float | None]
+    tied_trial_ids: Mapped[list | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
 
@@ -127,7 +135,7 @@ class Trial(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("tuner_runs.id"))
     number: Mapped[int]
     params: Mapped[dict]
-    # ok | infeasible | compile_error | runtime_error | wrong
+    # ok | infeasible | compile_error | timeout | runtime_error | crashed | wrong
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     p20_ms: Mapped[float | None]
@@ -159,3 +167,34 @@ class Winner(KeyColumns, Base):
     kernel: Mapped[KernelVersion] = relationship()
     study: Mapped[Study] = relationship()
     trial: Mapped[Trial] = relationship()
+
+
+class Failure(Base):
+    """A config known not to work for a kernel source, device and Triton specialization.
+
+    Later runs skip it without compiling or timing; `tune show --failures` lists them.
+    """
+    __tablename__ = "tuner_failures"
+    __table_args__ = (UniqueConstraint("device_id", "kernel_id", "specialization", "params_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("tuner_devices.id"))
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("tuner_kernels.id"))
+    specialization: Mapped[str] = mapped_column(String(255))
+    params_key: Mapped[str] = mapped_column(String(512))  # canonical JSON of params
+    params: Mapped[dict]
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    kernel: Mapped[KernelVersion] = relationship()
+
+
+class Claim(Base):
+    """Which `tune run` process is tuning a key. A claim whose heartbeat is older than the
+    lease belongs to a dead process and may be taken over."""
+    __tablename__ = "tuner_claims"
+
+    claim_key: Mapped[str] = mapped_column(String(512), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255))
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)

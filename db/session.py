@@ -56,3 +56,11 @@ def open_engine(url: str | None = None) -> Engine:
 
 def session_factory(url: str | None = None) -> sessionmaker[Session]:
     return sessionmaker(open_engine(url), expire_on_commit=False)
+
+
+def optuna_storage(url: str):
+    """Optuna's RDB storage in the same database, so studies resume and are shared by hosts."""
+    import optuna
+
+    connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if url.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})

@@ -5,17 +5,25 @@ Returned rows are detached (expire_on_commit=False) and carry what callers read.
 """
 from __future__ import annotations
 
+import json
 import socket
 from dataclasses import asdict
+from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from tuner.backends import DeviceInfo
-from tuner.db.models import (Device, KernelVersion, Run, SearchSpaceRecord, Study, Trial, Winner,
-                             utcnow)
+from tuner.db.models import (Claim, Device, Failure, KernelVersion, Run, SearchSpaceRecord, Study,
+                             Trial, Winner, utcnow)
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
+
+
+def params_key(params: dict) -> str:
+    """Canonical text of a config, to compare configs across runs."""
+    return json.dumps(params, sort_keys=True)
 
 
 def _key_filter(model, key: dict):
@@ -99,13 +107,25 @@ class Store:
             s.commit()
             return trial
 
+    def trials_of(self, study: Study) -> list[Trial]:
+        with self.sessions() as s:
+            return list(s.scalars(select(Trial).filter_by(study_id=study.id)
+                                  .order_by(Trial.number)))
+
     def finish_study(self, study: Study, best: Trial | None, baseline_ms: float | None,
-                     reason: str | None = None) -> None:
-        """Close the study; its best trial becomes the key's winner (the latest study wins)."""
+                     reason: str | None = None, final=None, tied_trial_ids=()) -> None:
+        """Close the study; its best trial becomes the key's winner (the latest study wins).
+
+        final: the winner's Timing from the closing re-timing, if there was one.
+        """
         with self.sessions() as s:
             row = s.get(Study, study.id)
             row.status = "done" if best else "failed"
             row.reason, row.baseline_ms, row.finished_at = reason, baseline_ms, utcnow()
+            if final is not None:
+                row.final_p20_ms, row.final_p50_ms, row.final_p80_ms = (
+                    final.p20_ms, final.p50_ms, final.p80_ms)
+                row.tied_trial_ids = list(tied_trial_ids)
             if best is not None:
                 winner = s.scalars(select(Winner).filter_by(
                     device_id=row.device_id, kernel_id=row.kernel_id)
@@ -114,6 +134,73 @@ class Store:
                     winner = Winner(device_id=row.device_id, kernel_id=row.kernel_id, **row.key)
                     s.add(winner)
                 winner.study_id, winner.trial_id = row.id, best.id
+            s.commit()
+
+    # -- remembered failures ---------------------------------------------------------------
+    def known_failures(self, device: Device, kernel: KernelVersion,
+                       specialization: str) -> set[str]:
+        """params_key of every config known to fail for this specialization."""
+        with self.sessions() as s:
+            return set(s.scalars(select(Failure.params_key).filter_by(
+                device_id=device.id, kernel_id=kernel.id, specialization=specialization)))
+
+    def remember_failure(self, device: Device, kernel: KernelVersion, specialization: str,
+                         params: dict, status: str, reason: str | None) -> None:
+        with self.sessions() as s:
+            s.add(Failure(device_id=device.id, kernel_id=kernel.id,
+                          specialization=specialization, params_key=params_key(params),
+                          params=params, status=status, reason=reason))
+            try:
+                s.commit()
+            except IntegrityError:  # already known, perhaps from a concurrent run
+                s.rollback()
+
+    def devices_matching(self, selector: str | None) -> list[Device]:
+        """Devices whose name contains the selector or whose fingerprint starts with it."""
+        with self.sessions() as s:
+            devices = list(s.scalars(select(Device)))
+        if selector is None:
+            return devices
+        return [d for d in devices
+                if selector.lower() in d.name.lower() or d.fingerprint.startswith(selector)]
+
+    def failures(self, device_ids: list[int]) -> list[Failure]:
+        with self.sessions() as s:
+            return list(s.scalars(select(Failure).where(Failure.device_id.in_(device_ids))
+                                  .options(selectinload(Failure.kernel))
+                                  .order_by(Failure.id)))
+
+    # -- claims: one tuner per key across processes and hosts ---------------------------------
+    def claim(self, claim_key: str, owner: str, lease_s: float) -> bool:
+        """Take the key unless another live owner holds it (its heartbeat is within the lease).
+
+        Insert-or-conditional-update: concurrent claimants serialize on the row, so exactly
+        one of them wins, and a dead owner's claim is taken over once its lease has run out.
+        """
+        now = utcnow()
+        with self.sessions() as s:
+            s.add(Claim(claim_key=claim_key, owner=owner, heartbeat_at=now))
+            try:
+                s.commit()
+                return True
+            except IntegrityError:
+                s.rollback()
+            taken = s.execute(update(Claim).where(
+                Claim.claim_key == claim_key,
+                or_(Claim.owner == owner, Claim.heartbeat_at < now - timedelta(seconds=lease_s)))
+                .values(owner=owner, heartbeat_at=now))
+            s.commit()
+            return taken.rowcount == 1
+
+    def heartbeat(self, claim_keys: list[str], owner: str) -> None:
+        with self.sessions() as s:
+            s.execute(update(Claim).where(Claim.claim_key.in_(claim_keys), Claim.owner == owner)
+                      .values(heartbeat_at=utcnow()))
+            s.commit()
+
+    def release(self, claim_key: str, owner: str) -> None:
+        with self.sessions() as s:
+            s.execute(delete(Claim).where(Claim.claim_key == claim_key, Claim.owner == owner))
             s.commit()
 
     # -- reading back ---------------------------------------------------------------------

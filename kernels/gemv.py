@@ -56,16 +56,17 @@ def _gemv_kernel(
     tl.store(y_ptr + out_rows * stride_ym, acc.to(y_ptr.dtype.element_ty), mask=out_rows < M)
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Config,
-           allow_tf32: bool = False) -> None:
-    """out = a @ b in place for b of shape (K, 1). Unchecked: the dispatcher validated.
+def bind(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Config,
+         allow_tf32: bool) -> tuple:
+    """Grid, arguments and constexprs of out = a @ b for b of shape (K, 1).
 
-    allow_tf32 is accepted for the common launcher signature and ignored: this kernel uses no
-    tensor cores, so fp32 is always multiplied in IEEE fp32.
+    allow_tf32 is accepted for the common signature and ignored: this kernel uses no tensor
+    cores, so fp32 is always multiplied in IEEE fp32.
     """
     M, K = a.shape
-    _gemv_kernel[(triton.cdiv(M, config["BLOCK_M"]),)](
-        a, b, out, M, K, *a.stride(), b.stride(0), out.stride(0),
+    grid = (triton.cdiv(M, config["BLOCK_M"]),)
+    args = (a, b, out, M, K, *a.stride(), b.stride(0), out.stride(0))
+    return grid, args, dict(
         EVEN_K=K % config["BLOCK_K"] == 0,
         INT64_OFFSETS=needs_int64(a, b, out),
         **config,  # BLOCK_M/K constexprs; num_stages and num_warps options
@@ -81,7 +82,8 @@ def smem_bytes(config: Config, itemsize: int) -> int:
 GEMV = Kernel(
     name="gemv",
     params=("BLOCK_M", "BLOCK_K", "num_stages", "num_warps"),
-    launch=launch,
+    jit_fn=_gemv_kernel,
+    bind=bind,
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
 )

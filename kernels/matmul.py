@@ -84,17 +84,17 @@ def _matmul_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=in_bounds)
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Config,
-           allow_tf32: bool = False) -> None:
-    """out = a @ b in place. Unchecked: the dispatcher has validated shapes, dtypes, config.
+def bind(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Config,
+         allow_tf32: bool) -> tuple:
+    """Grid, arguments and constexprs of out = a @ b for one config.
 
     fp32 inputs multiply in IEEE fp32 unless allow_tf32; fp16/bf16 use tensor cores as is.
     """
     (M, K), N = a.shape, b.shape[1]
     is_fp32 = a.dtype == torch.float32
     grid = (triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"]),)
-    _matmul_kernel[grid](
-        a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride(),
+    args = (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride())
+    return grid, args, dict(
         EVEN_K=K % config["BLOCK_K"] == 0,
         INT64_OFFSETS=needs_int64(a, b, out),
         # The interpreter's tl.dot multiplies bf16 operands as their raw uint16 bit patterns
@@ -115,7 +115,8 @@ def smem_bytes(config: Config, itemsize: int) -> int:
 MM = Kernel(
     name="mm",
     params=("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps"),
-    launch=launch,
+    jit_fn=_matmul_kernel,
+    bind=bind,
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
 )

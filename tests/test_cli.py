@@ -44,7 +44,7 @@ def run_args(workdir, trials=6):
 def test_interpret_run_export_show_and_lookup(workdir, monkeypatch):
     result = tune(workdir, *run_args(workdir))
     assert result.exit_code == 0, result.output
-    assert "tuned 3, already tuned 0, failed 0" in result.output
+    assert "tuned 3, already tuned 0, busy elsewhere 0, failed 0" in result.output
 
     again = tune(workdir, *run_args(workdir))
     assert "tuned 0, already tuned 3" in again.output

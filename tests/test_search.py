@@ -1,14 +1,16 @@
-"""The search loop: a real Optuna study and a real database, with a scripted executor."""
+"""The search loop: a real Optuna study in a real database, with a scripted executor."""
 from types import SimpleNamespace
 
 import pytest
 
-from tuner.db.session import session_factory
+from tuner.db.session import optuna_storage, session_factory
 from tuner.db.store import Store
 from tuner.execution import TrialResult
-from tuner.search import StudyBudget, run_study
+from tuner.kernels import KERNELS
+from tuner.search import StudyBudget, StudyRunner
 from tuner.shapes import Shape
 from tuner.space import parse_space
+from tuner.timing import Timing
 from tests.factories import H100, PARAMS
 
 SPACE = parse_space({
@@ -20,61 +22,97 @@ SPACE = parse_space({
 SHAPE = Shape(256, 256, 256, "fp16", "nn")
 
 
-class ScriptedBench:
-    """Stands in for ShapeBench: bigger tiles are faster, BLOCK_M=128 with 3 stages 'fails'."""
-    backend = SimpleNamespace(method="scripted")
+def speed(config):
+    return config["BLOCK_M"] * config["BLOCK_N"] * config["BLOCK_K"] / 1e3
+
+
+class ScriptedExecutor:
+    """Stands in for Executor: bigger tiles are faster; BLOCK_M=128 with 3 stages won't compile;
+    BLOCK_M=32, BLOCK_N=128 crashes its worker."""
+    options = SimpleNamespace(backend="gpu")
 
     def __init__(self):
-        self.ran = []
+        self.compiled, self.measured, self.retimed = [], [], []
 
-    def run(self, kernel, config):
-        self.ran.append(dict(config))
-        if config["BLOCK_M"] == 128 and config["num_stages"] == 3:
-            return TrialResult("compile_error", "OutOfResources: shared memory")
-        tflops = config["BLOCK_M"] * config["BLOCK_N"] * config["BLOCK_K"] / 1e3
-        return TrialResult("ok", None, 0.9, 1.0, 1.1, tflops, 1e-3, 0.5)
+    def compile(self, shape, kernel_name, configs):
+        self.compiled += configs
+        return [TrialResult("compile_error", "OutOfResources: shared memory")
+                if c["BLOCK_M"] == 128 and c["num_stages"] == 3 else 1.0 for c in configs]
+
+    def measure(self, slot, shape, seed, kernel_name, config):
+        self.measured.append(config)
+        if config["BLOCK_M"] == 32 and config["BLOCK_N"] == 128:
+            return TrialResult("crashed", "worker killed by SIGSEGV")
+        ms = 1.0 / speed(config)
+        return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, speed(config), 1e-3, None, "x")
+
+    def retime(self, slot, shape, seed, kernel_name, configs):
+        self.retimed.append(configs)
+        return [Timing(0.99 / speed(c), 1.0 / speed(c), 1.01 / speed(c), 30, "x") for c in configs]
 
 
 @pytest.fixture
-def setup(tmp_path):
-    store = Store(session_factory(f"sqlite:///{tmp_path / 'tune.db'}"))
+def world(tmp_path):
+    url = f"sqlite:///{tmp_path / 'tune.db'}"
+    store = Store(session_factory(url))
     device = store.device(H100)
-    kernel, space = store.kernel("mm", "abc"), store.space(SPACE)
+    kernel_row, space_row = store.kernel("mm", "abc"), store.space(SPACE)
     run = store.start_run(device, "gpu", ["tune"])
-    study = store.open_study(device, kernel, space, SHAPE.key(), SHAPE, seed=3, retune=False)
-    return store, run, study, (device, kernel, space)
+
+    def runner(executor, trials, timeout=None, retune=False):
+        record = store.open_study(device, kernel_row, space_row, SHAPE.key(), SHAPE, seed=3,
+                                  retune=retune)
+        return StudyRunner(store, optuna_storage(url), executor, 0, run, device, kernel_row,
+                           record, KERNELS["mm"], SPACE, SHAPE, 232448,
+                           StudyBudget(trials, timeout, 3, batch=4), lambda *a: None), record
+    return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row)
 
 
-def test_budget_stores_each_distinct_config_once_and_returns_the_best(setup):
-    store, run, study, _ = setup
-    bench = ScriptedBench()
-    best = run_study(store, run, study, bench, None, SPACE, StudyBudget(30, None, 3),
-                     lambda done, result: None)
-    signatures = [tuple(sorted(c.items())) for c in bench.ran]
-    assert len(signatures) == len(set(signatures)) <= SPACE.size  # repeats are not re-run
-    ok = [c for c in bench.ran if not (c["BLOCK_M"] == 128 and c["num_stages"] == 3)]
-    assert best.tflops == max(c["BLOCK_M"] * c["BLOCK_N"] * c["BLOCK_K"] / 1e3 for c in ok)
-    reopened = store.open_study(*setup[3], SHAPE.key(), SHAPE, seed=3, retune=False)
-    assert [t.number for t in reopened.trials] == list(range(len(bench.ran)))
-    assert {t.status for t in reopened.trials} <= {"ok", "compile_error"}
+def signatures(configs):
+    return [tuple(sorted(c.items())) for c in configs]
 
 
-def test_resumed_study_counts_stored_trials_and_reruns_none_of_them(setup):
-    store, run, study, ids = setup
-    first = ScriptedBench()
-    run_study(store, run, study, first, None, SPACE, StudyBudget(4, None, 3), lambda *a: None)
-    resumed = store.open_study(*ids, SHAPE.key(), SHAPE, seed=3, retune=False)
-    assert len(resumed.trials) == len(first.ran) == 4
-    second = ScriptedBench()
-    run_study(store, run, resumed, second, None, SPACE, StudyBudget(7, None, 3), lambda *a: None)
-    assert len(second.ran) <= 3
-    assert not {tuple(sorted(c.items())) for c in second.ran} & {
-        tuple(sorted(c.items())) for c in first.ran}
+def test_every_distinct_config_once_failures_recorded_best_retimed(world):
+    executor = ScriptedExecutor()
+    runner, record = world.runner(executor, trials=12)
+    outcome = runner.run()
+    assert len(set(signatures(executor.compiled))) == len(executor.compiled) == 12
+    trials = world.store.trials_of(record)
+    assert [t.number for t in trials] == list(range(12))
+    assert {t.status for t in trials} == {"ok", "compile_error", "crashed"}
+    ok = [c for c in executor.measured if not (c["BLOCK_M"] == 32 and c["BLOCK_N"] == 128)]
+    assert outcome.best.tflops == max(map(speed, ok))
+    assert len(executor.retimed) == 1 and len(executor.retimed[0]) == 3
+    assert outcome.final.p50_ms == pytest.approx(1.0 / outcome.best.tflops)
 
 
-def test_timeout_stops_the_study(setup):
-    store, run, study, _ = setup
-    bench = ScriptedBench()
-    assert run_study(store, run, study, bench, None, SPACE, StudyBudget(30, 1e-9, 3),
-                     lambda *a: None) is None
-    assert bench.ran == []
+def test_failures_are_remembered_and_skipped_by_the_next_study(world):
+    first = ScriptedExecutor()
+    world.runner(first, trials=16)[0].run()
+    failing = {c for c in signatures(first.compiled)
+               if dict(c)["BLOCK_M"] == 128 and dict(c)["num_stages"] == 3}
+    crashed = {c for c in signatures(first.measured)
+               if dict(c)["BLOCK_M"] == 32 and dict(c)["BLOCK_N"] == 128}
+    assert failing and crashed
+    second = ScriptedExecutor()
+    world.runner(second, trials=8, retune=True)[0].run()
+    assert not (failing | crashed) & set(signatures(second.compiled))
+
+
+def test_interrupted_study_resumes_without_redoing_stored_trials(world):
+    first = ScriptedExecutor()
+    runner, record = world.runner(first, trials=6)
+    runner.run()
+    assert len(world.store.trials_of(record)) == 6
+    second = ScriptedExecutor()
+    resumed, again = world.runner(second, trials=12)
+    assert again.id == record.id
+    resumed.run()
+    assert len(world.store.trials_of(record)) == 12
+    assert not set(signatures(second.compiled)) & set(signatures(first.compiled))
+
+
+def test_timeout_stops_the_study(world):
+    executor = ScriptedExecutor()
+    assert world.runner(executor, trials=30, timeout=1e-9)[0].run().best is None
+    assert executor.compiled == []

@@ -40,7 +40,7 @@ def tune_fake(store, info, shape, results, kernel_hash="abc"):
     key = dict(zip(("M", "N", "K", "stride_am", "stride_bk", "dtype"),
                    bucket_key(shape.key(), SPACE.strategy)))
     study = store.open_study(device, kernel, space, key, shape, seed=0, retune=False)
-    rows = [store.add_trial(study, run, i, params, **r.as_columns(), timing_method="do_bench")
+    rows = [store.add_trial(study, run, i, params, **r.as_columns())
             for i, (params, r) in enumerate(results)]
     ok = [t for t in rows if t.status == "ok"]
     best = max(ok, key=lambda t: t.tflops)
@@ -55,7 +55,7 @@ def store(tmp_path):
 
 
 def ok(ms, tflops):
-    return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, tflops, 1e-3, 1.5)
+    return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, tflops, 1e-3, 1.5, "events")
 
 
 SQUARE = Shape(4096, 4096, 4096, "bf16", "nn")

@@ -1,17 +1,17 @@
 """Where trials run and how they are timed: a real GPU, or Triton's interpreter on the CPU.
 
 Each backend carries the fingerprint its results are stored under, so interpreter timings
-(meaningless as speed) never mix with GPU measurements in the database or an export.
+(meaningless as speed) never mix with GPU measurements in the database or an export. The
+tuner process itself never builds a GPU backend: device workers do (`backend_in_worker`), so
+a config that poisons a CUDA context only takes a worker down.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-import platform
-import statistics
 import subprocess
-import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -20,7 +20,6 @@ import torch
 # Hopper's opt-in shared memory per block: the interpreter applies the same feasibility
 # check as an H100/H200, so a space behaves alike on both backends.
 HOPPER_SMEM_PER_BLOCK = 232448
-QUANTILES = (0.2, 0.5, 0.8)
 
 
 class NoGpuError(RuntimeError):
@@ -46,22 +45,33 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class Backend:
-    name: str
+    name: str  # "gpu" | "interpret"
     torch_device: str
     info: DeviceInfo
-    # timing method, stored with every trial
-    method: str
-    # time(fn) -> (p20, p50, p80) in milliseconds
-    time: Callable[[Callable[[], object]], tuple[float, float, float]]
+
+    @property
+    def gpu(self) -> bool:
+        return self.name == "gpu"
+
+    def time(self, launch: Callable[[int], None], n_sets: int):
+        """A tuner.timing.Timing of launch(i) over the n_sets equivalent input sets."""
+        from tuner.timing import time_cpu, time_gpu
+        return time_gpu(launch, n_sets) if self.gpu else time_cpu(launch, n_sets)
 
     def synchronize(self) -> None:
-        if self.torch_device.startswith("cuda"):
+        if self.gpu:
             torch.cuda.synchronize(self.torch_device)
 
 
-def _triton_version() -> str:
-    import triton
-    return triton.__version__
+def require_gpu() -> None:
+    """NoGpuError unless torch sees a CUDA device (checked without creating a context)."""
+    if not torch.cuda.is_available():
+        raise NoGpuError("no CUDA GPU visible (torch.cuda.is_available() is False); "
+                         "use --backend interpret to run on the CPU through Triton's interpreter")
+
+
+def visible_gpus() -> list[int]:
+    return list(range(torch.cuda.device_count()))
 
 
 def _driver_version() -> str:
@@ -74,12 +84,9 @@ def _driver_version() -> str:
 
 
 def gpu_backend(index: int = 0) -> Backend:
-    """The CUDA device `index`, timed with triton.testing.do_bench (median, L2 flushed)."""
-    if not torch.cuda.is_available():
-        raise NoGpuError("no CUDA GPU visible (torch.cuda.is_available() is False); "
-                         "use --backend interpret to run on the CPU through Triton's interpreter")
+    """The CUDA device `index` of this process."""
+    require_gpu()
     import triton
-    import triton.testing
 
     props = torch.cuda.get_device_properties(index)
     smem = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
@@ -88,39 +95,27 @@ def gpu_backend(index: int = 0) -> Backend:
         sm_count=props.multi_processor_count, smem_per_block=smem, driver=_driver_version(),
         cuda=torch.version.cuda or "unknown", torch_version=torch.__version__,
         triton_version=triton.__version__)
-    device = f"cuda:{index}"
-
-    def time_gpu(fn):
-        with torch.cuda.device(index):
-            return tuple(triton.testing.do_bench(fn, quantiles=list(QUANTILES)))
-
-    return Backend("gpu", device, info,
-                   "triton.testing.do_bench quantiles (p20/p50/p80), L2 flushed per run",
-                   time_gpu)
+    return Backend("gpu", f"cuda:{index}", info)
 
 
-def interpreter_backend(repeats: int = 3) -> Backend:
+def interpreter_backend() -> Backend:
     """Triton's interpreter on the CPU: correctness is real, timings are only the interpreter's.
 
-    TRITON_INTERPRET must be set before triton is first imported; the CLI does it.
+    TRITON_INTERPRET must be set before triton is first imported; workers get it in their
+    environment.
     """
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("TRITON_INTERPRET=1 must be set before triton is imported")
+    import triton
+
     info = DeviceInfo(
         name="cpu-interpreter", compute_capability="none", sm_count=os.cpu_count() or 1,
         smem_per_block=HOPPER_SMEM_PER_BLOCK, driver="none", cuda="none",
-        torch_version=torch.__version__, triton_version=_triton_version())
+        torch_version=torch.__version__, triton_version=triton.__version__)
+    return Backend("interpret", "cpu", info)
 
-    def time_cpu(fn):
-        fn()
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) * 1e3)
-        q = statistics.quantiles(samples, n=10, method="inclusive")
-        return q[1], statistics.median(samples), q[7]
 
-    return Backend("interpret", "cpu", info,
-                   f"interpreter wall clock over {repeats} runs on {platform.machine()}",
-                   time_cpu)
+@functools.cache
+def backend_in_worker() -> Backend:
+    """This worker's backend: the interpreter if TRITON_INTERPRET=1, else its one visible GPU."""
+    return interpreter_backend() if os.environ.get("TRITON_INTERPRET") == "1" else gpu_backend(0)

@@ -44,6 +44,20 @@ def main():
     """gemm-tuner: autotune Triton GEMM kernels for your model's shapes, and keep the results."""
 
 
+def _device_list(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        devices = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated GPU indices like 0,1, got {text!r}",
+                                 param_hint="--devices") from None
+    if not devices or len(set(devices)) != len(devices) or min(devices) < 0:
+        raise click.BadParameter(f"expected distinct GPU indices, got {text!r}",
+                                 param_hint="--devices")
+    return devices
+
+
 @main.command()
 @click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
               help="CSV with header M,N,K,dtype[,layout][,weight].")
@@ -60,24 +74,37 @@ def main():
               default="gpu", show_default=True,
               help="interpret: run on the CPU through Triton's interpreter (correctness is "
                    "real, timings are not GPU timings and are stored apart).")
-@click.option("--gpu", "gpu_index", default=0, show_default=True, help="CUDA device index.")
+@click.option("--devices", "devices_text", default=None, metavar="0,1,...",
+              help="GPUs to tune on, one worker each, shapes spread over them [default: all "
+                   "visible].")
+@click.option("--jobs", default=os.cpu_count() or 1, show_default="CPU cores",
+              type=click.IntRange(min=1), help="Processes compiling configs in parallel.")
+@click.option("--batch", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Configs asked of the sampler, compiled and measured per round.")
+@click.option("--compile-timeout", "compile_timeout_s", default=120.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds one config may compile; past it the trial is a 'timeout'.")
 @one_line_errors
 def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backend_name,
-        gpu_index):
+        devices_text, jobs, batch, compile_timeout_s):
     """Tune every shape listed in --shapes and store every trial in the database."""
     shapes = load_shapes(shapes_path)
-    if backend_name == "interpret":
+    devices = _device_list(devices_text)
+    if backend_name == "gpu":
+        from tuner.backends import require_gpu, visible_gpus
+        require_gpu()
+        devices = devices or tuple(visible_gpus())
+    else:
         if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
             raise click.ClickException("--backend interpret: triton was imported before "
                                        "TRITON_INTERPRET could be set")
         os.environ["TRITON_INTERPRET"] = "1"
-    from tuner.backends import gpu_backend, interpreter_backend
-    backend = interpreter_backend() if backend_name == "interpret" else gpu_backend(gpu_index)
 
-    from tuner.db.session import session_factory
+    from tuner.db.session import optuna_storage, resolve_url, session_factory
     from tuner.db.store import Store
+    from tuner.executor import Executor, ExecutorOptions
     from tuner.kernels import KERNELS, kernel_for
-    from tuner.pipeline import tune
+    from tuner.pipeline import TuneJob
     from tuner.planning import plan_studies
     from tuner.progress import RichReporter
     from tuner.search import StudyBudget
@@ -89,19 +116,27 @@ def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backe
         space = load_space(path, kernel_params)
         spaces[space.kernel] = space
     plans = plan_studies(shapes, spaces, kernel_for)
-    store = Store(session_factory(db_url))
+    url = resolve_url(db_url)
+    store = Store(session_factory(url))
+    storage = optuna_storage(url)
     # A SIGTERM (a job scheduler, `timeout`) ends the run like Ctrl-C: marked interrupted, with
     # every finished trial already committed; the same command resumes it.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    sizes = ", ".join(f"{name} {spaces[name].size}" for name in sorted({p.kernel for p in plans}))
-    click.echo(f"{len(shapes)} shapes -> {len(plans)} studies on {backend.info.name} "
-               f"({backend.info.fingerprint}), {trials} trials each (configs in space: {sizes})",
-               err=True)
-    with RichReporter(len(plans)) as reporter:
-        summary = tune(store, backend, plans, spaces, StudyBudget(trials, timeout_s, seed),
-                       retune, sys.argv, reporter)
+    executor = Executor(ExecutorOptions(backend_name, devices or (), jobs, compile_timeout_s))
+    try:
+        sizes = ", ".join(f"{n} {spaces[n].size}" for n in sorted({p.kernel for p in plans}))
+        where = f"GPUs {','.join(map(str, devices))}" if devices else "the CPU interpreter"
+        click.echo(f"{len(shapes)} shapes -> {len(plans)} studies on {where}, {trials} trials "
+                   f"each (configs in space: {sizes})", err=True)
+        with RichReporter(len(plans)) as reporter:
+            job = TuneJob(store, storage, executor, spaces, StudyBudget(trials, timeout_s, seed,
+                                                                        batch),
+                          retune, reporter)
+            summary = job.run(plans, sys.argv)
+    finally:
+        executor.close()
     click.echo(f"tuned {len(summary.tuned)}, already tuned {len(summary.skipped)}, "
-               f"failed {len(summary.failed)}", err=True)
+               f"busy elsewhere {len(summary.busy)}, failed {len(summary.failed)}", err=True)
     if summary.failed:
         raise click.ClickException("no correct config found for: " + "; ".join(summary.failed))
 
@@ -145,14 +180,19 @@ def export(fmt, output, db_url, device_selector):
 @main.command()
 @db_option
 @device_option
+@click.option("--failures", is_flag=True,
+              help="List the configs remembered as failing instead (skipped by later runs).")
 @one_line_errors
-def show(db_url, device_selector):
+def show(db_url, device_selector, failures):
     """List the winners: shape, config, time, TFLOP/s and speed relative to cuBLAS."""
     from rich.console import Console
     from rich.table import Table
 
     from tuner.kernels.base import config_label
 
+    if failures:
+        _show_failures(db_url, device_selector)
+        return
     device, winners = _winners(db_url, device_selector)
     table = Table(title=f"winners on {device.name} [{device.fingerprint}]")
     for column in ("kernel", "tuned shape", "config", "ms", "TFLOP/s", "vs cuBLAS"):
@@ -163,4 +203,28 @@ def show(db_url, device_selector):
         ratio = f"{study.baseline_ms / t.p50_ms:.2f}x" if study.baseline_ms else "-"
         table.add_row(w.kernel.name, study.shape_label, config_label(t.params),
                       f"{t.p50_ms:.4g}", f"{t.tflops:.4g}", ratio)
+    Console().print(table)
+
+
+def _show_failures(db_url, device_selector):
+    from rich.console import Console
+    from rich.table import Table
+
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+    from tuner.export import ExportError
+    from tuner.kernels.base import config_label
+
+    store = Store(session_factory(db_url))
+    devices = store.devices_matching(device_selector)
+    rows = store.failures([d.id for d in devices])
+    if not rows:
+        raise ExportError("no remembered failures" + (f" for device {device_selector!r}"
+                                                      if device_selector else ""))
+    table = Table(title=f"{len(rows)} configs remembered as failing")
+    for column in ("kernel", "specialization", "config", "status", "reason"):
+        table.add_column(column)
+    for f in rows:
+        table.add_row(f"{f.kernel.name} {f.kernel.source_hash[:8]}", f.specialization,
+                      config_label(f.params), f.status, f.reason or "")
     Console().print(table)

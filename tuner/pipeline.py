@@ -1,24 +1,37 @@
-"""The `tune run` job: for every planned key, skip it if tuned, else search it and keep a winner."""
+"""The `tune run` job: plans spread over the devices, each key claimed, searched, and won.
+
+One thread per device worker takes planned keys from a shared queue. A key is claimed in the
+database first, so that several `tune run` processes, on one host or many, given the same
+database, tune each key once; a heartbeat keeps the claims of a live process, and a dead
+process's claims lapse after the lease.
+"""
 from __future__ import annotations
 
+import os
+import queue
+import socket
+import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tuner.backends import Backend
 from tuner.db.store import Store
-from tuner.execution import ShapeBench, TrialResult
+from tuner.execution import TrialResult
+from tuner.executor import Executor
 from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
 from tuner.planning import KeyPlan
-from tuner.search import StudyBudget, run_study
+from tuner.search import StudyBudget, StudyRunner
 from tuner.space import SearchSpace
+
+CLAIM_LEASE_S = 300.0
 
 
 class Reporter(Protocol):
     """What the job tells its user while it works (the CLI draws progress bars from it)."""
 
     def key_started(self, plan: KeyPlan, trials: int) -> None: ...
-    def trial_done(self, done: int, result: TrialResult) -> None: ...
+    def trial_done(self, plan: KeyPlan, done: int, result: TrialResult) -> None: ...
     def key_done(self, plan: KeyPlan, outcome: str) -> None: ...
 
 
@@ -26,56 +39,142 @@ class Reporter(Protocol):
 class RunSummary:
     tuned: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # being tuned by another process
     failed: list[str] = field(default_factory=list)
 
 
-def tune(store: Store, backend: Backend, plans: list[KeyPlan], spaces: dict[str, SearchSpace],
-         budget: StudyBudget, retune: bool, command: list[str],
-         reporter: Reporter) -> RunSummary:
-    device = store.device(backend.info)
-    run = store.start_run(device, backend.name, command)
-    summary = RunSummary()
-    kernel_rows = {name: store.kernel(name, KERNELS[name].source_hash) for name in spaces}
-    space_rows = {name: store.space(space) for name, space in spaces.items()}
-    status = "failed"
-    try:
+class ClaimKeeper:
+    """Holds this process's claims and refreshes their heartbeat from a background thread."""
+
+    def __init__(self, store: Store, lease_s: float):
+        self.store, self.lease_s = store, lease_s
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.held: set[str] = set()
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="claim-heartbeat")
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.lease_s / 4):
+            with self.lock:
+                keys = list(self.held)
+            if keys:
+                self.store.heartbeat(keys, self.owner)
+
+    def claim(self, key: str) -> bool:
+        with self.lock:
+            if self.store.claim(key, self.owner, self.lease_s):
+                self.held.add(key)
+                return True
+            return False
+
+    def release(self, key: str) -> None:
+        with self.lock:
+            self.held.discard(key)
+            self.store.release(key, self.owner)
+
+    def close(self) -> None:
+        self.stopped.set()
+        for key in list(self.held):
+            self.release(key)
+
+
+class TuneJob:
+    def __init__(self, store: Store, storage, executor: Executor, spaces: dict[str, SearchSpace],
+                 budget: StudyBudget, retune: bool, reporter: Reporter):
+        self.store, self.storage, self.executor = store, storage, executor
+        self.spaces, self.budget, self.retune, self.reporter = spaces, budget, retune, reporter
+        self.summary = RunSummary()
+        self.stop = threading.Event()
+
+    def run(self, plans: list[KeyPlan], command: list[str]) -> RunSummary:
+        info = self.executor.device_info()
+        self.smem_limit = info.smem_per_block
+        self.device = self.store.device(info)
+        self.kernel_rows = {n: self.store.kernel(n, KERNELS[n].source_hash) for n in self.spaces}
+        self.space_rows = {n: self.store.space(space) for n, space in self.spaces.items()}
+        self.run_row = self.store.start_run(self.device, self.executor.options.backend, command)
+        self.claims = ClaimKeeper(self.store, CLAIM_LEASE_S)
+        todo: queue.Queue[KeyPlan] = queue.Queue()
         for plan in plans:
-            kernel, space = KERNELS[plan.kernel], spaces[plan.kernel]
-            kernel_row, space_row = kernel_rows[plan.kernel], space_rows[plan.kernel]
-            if not retune and store.finished_study(device, kernel_row, space_row, plan.key):
-                summary.skipped.append(plan.label)
-                reporter.key_done(plan, "already tuned")
-                continue
-            record = store.open_study(device, kernel_row, space_row, plan.key, plan.shape,
-                                      budget.seed, retune)
-            reporter.key_started(plan, budget.trials)
-            found, outcome = _tune_key(store, run, record, backend, plan, kernel, space,
-                                       budget, reporter)
-            (summary.tuned if found else summary.failed).append(plan.label)
-            reporter.key_done(plan, outcome)
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    finally:
-        store.finish_run(run, status)
-    return summary
+            todo.put(plan)
+        threads = [threading.Thread(target=self._device_loop, args=(slot, todo), daemon=True,
+                                    name=f"device-slot-{slot}")
+                   for slot in range(self.executor.slots)]
+        status = "failed"
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=0.5)  # short waits keep Ctrl-C deliverable
+            status = "interrupted" if self.stop.is_set() else "finished"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            self.stop.set()
+            raise
+        finally:
+            self.claims.close()
+            self.store.finish_run(self.run_row, status)
+        return self.summary
 
+    def _device_loop(self, slot: int, todo: queue.Queue) -> None:
+        while not self.stop.is_set():
+            try:
+                plan = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._tune_key(slot, plan)
+            except BaseException:
+                self.stop.set()  # a bug, not a config: stop the other slots too
+                raise
 
-def _tune_key(store, run, record, backend, plan, kernel, space, budget,
-              reporter) -> tuple[bool, str]:
-    """Search one key and record its winner; returns whether one was found, and a summary line.
+    def _tune_key(self, slot: int, plan: KeyPlan) -> None:
+        kernel_row, space_row = self.kernel_rows[plan.kernel], self.space_rows[plan.kernel]
+        claim_key = "/".join(map(str, (self.device.id, kernel_row.id, space_row.id,
+                                       *plan.key.values())))
+        if not self.claims.claim(claim_key):
+            self.summary.busy.append(plan.label)
+            self.reporter.key_done(plan, "being tuned by another run")
+            return
+        try:
+            if not self.retune and self.store.finished_study(self.device, kernel_row, space_row,
+                                                             plan.key):
+                self.summary.skipped.append(plan.label)
+                self.reporter.key_done(plan, "already tuned")
+                return
+            record = self.store.open_study(self.device, kernel_row, space_row, plan.key,
+                                           plan.shape, self.budget.seed, self.retune)
+            self.reporter.key_started(plan, self.budget.trials)
+            runner = StudyRunner(
+                self.store, self.storage, self.executor, slot, self.run_row, self.device,
+                kernel_row, record, KERNELS[plan.kernel], self.spaces[plan.kernel], plan.shape,
+                self.smem_limit, self.budget,
+                on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
+                keep_going=lambda: not self.stop.is_set())
+            outcome = runner.run()
+            if self.stop.is_set():
+                return  # interrupted: the study stays open and resumes next time
+            self._finish(slot, plan, record, outcome)
+        finally:
+            self.claims.release(claim_key)
 
-    The bench (inputs, fp64 reference) lives only for this call, so one large shape's
-    buffers are freed before the next shape allocates its own.
-    """
-    bench = ShapeBench(backend, plan.shape, budget.seed)
-    best = run_study(store, run, record, bench, kernel, space, budget, reporter.trial_done)
-    if best is None:
-        store.finish_study(record, None, None, "no config ran correctly")
-        return False, "no config ran correctly"
-    baseline = bench.baseline_ms()
-    store.finish_study(record, best, baseline)
-    speedup = baseline / best.p50_ms
-    return True, (f"best {best.tflops:.4g} TFLOP/s, {speedup:.2f}x torch.matmul, "
-                  f"{config_label(best.params)}")
+    def _finish(self, slot, plan, record, outcome) -> None:
+        best = outcome.best
+        if best is None:
+            self.store.finish_study(record, None, None, "no config ran correctly")
+            self.summary.failed.append(plan.label)
+            self.reporter.key_done(plan, "no config ran correctly")
+            return
+        baseline = self.executor.baseline(slot, plan.shape, record.seed)
+        baseline_ms = baseline.p50_ms if baseline else None
+        self.store.finish_study(record, best, baseline_ms, final=outcome.final,
+                                tied_trial_ids=outcome.tied)
+        self.summary.tuned.append(plan.label)
+        ms = outcome.final.p50_ms if outcome.final else best.p50_ms
+        versus = f", {baseline_ms / ms:.2f}x torch.matmul" if baseline_ms else ""
+        tie = f", tied with {len(outcome.tied)}" if outcome.tied else ""
+        self.reporter.key_done(plan, f"best {plan.shape.flops / ms / 1e9:.4g} TFLOP/s{versus}, "
+                                     f"{config_label(best.params)}{tie}")

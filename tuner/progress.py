@@ -20,9 +20,10 @@ class RichReporter:
                                  MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
                                  TimeElapsedColumn(), console=self.console)
         self.keys = self.progress.add_task("shapes", total=total_keys, status="")
-        self.trials = None
-        self.statuses: Counter[str] = Counter()
-        self.best = 0.0
+        # per key being tuned (one per device): its bar, status counts and best TFLOP/s
+        self.trials: dict[str, int] = {}
+        self.statuses: dict[str, Counter[str]] = {}
+        self.best: dict[str, float] = {}
 
     def __enter__(self):
         self.progress.__enter__()
@@ -32,20 +33,22 @@ class RichReporter:
         return self.progress.__exit__(*exc)
 
     def key_started(self, plan: KeyPlan, trials: int) -> None:
-        self.statuses.clear()
-        self.best = 0.0
-        if self.trials is not None:
-            self.progress.remove_task(self.trials)
-        self.trials = self.progress.add_task(f"  {plan.label}", total=trials, status="")
+        self.statuses[plan.label], self.best[plan.label] = Counter(), 0.0
+        self.trials[plan.label] = self.progress.add_task(f"  {plan.label}", total=trials,
+                                                         status="")
 
-    def trial_done(self, done: int, result: TrialResult) -> None:
-        self.statuses[result.status] += 1
+    def trial_done(self, plan: KeyPlan, done: int, result: TrialResult) -> None:
+        counts = self.statuses[plan.label]
+        counts[result.status] += 1
         if result.tflops:
-            self.best = max(self.best, result.tflops)
-        counts = " ".join(f"{k}={v}" for k, v in sorted(self.statuses.items()))
-        self.progress.update(self.trials, completed=done,
-                             status=f"best {self.best:.4g} TFLOP/s  {counts}")
+            self.best[plan.label] = max(self.best[plan.label], result.tflops)
+        text = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        self.progress.update(self.trials[plan.label], completed=done,
+                             status=f"best {self.best[plan.label]:.4g} TFLOP/s  {text}")
 
     def key_done(self, plan: KeyPlan, outcome: str) -> None:
         self.progress.console.print(f"{plan.label}: {outcome}")
         self.progress.advance(self.keys)
+        task = self.trials.pop(plan.label, None)
+        if task is not None:
+            self.progress.remove_task(task)

@@ -1,26 +1,38 @@
-"""One Optuna study per bucketed key: ask a config, run it, store it, tell the result.
+"""One Optuna study per bucketed key: ask a batch, compile it in parallel, measure, tell.
 
-The sampler is Optuna's TPE, seeded, maximising TFLOP/s; configs that fail in any way are
-told as failed trials. Trials already stored for an unfinished study are replayed into the
-sampler first, so an interrupted run resumes where it stopped.
+The Optuna study lives in the tuning database (Optuna's RDB storage), beside our own trial
+rows, so a run killed at any moment resumes: trials Optuna still shows as running are either
+found among the stored trials (told again) or redone first (re-enqueued). The sampler is TPE,
+seeded, with the constant liar so that a batch asked at once spreads out. Configs known to
+fail for this specialization are skipped without compiling or timing. At the end the top
+configs are re-timed side by side, and the winner is the best of that re-timing.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import optuna
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 
-from tuner.db.models import Run, Study, Trial
-from tuner.db.store import Store
-from tuner.execution import ShapeBench, TrialResult
-from tuner.kernels.base import Kernel
+from tuner.db.models import Device, KernelVersion, Run, Study, Trial
+from tuner.db.store import Store, params_key
+from tuner.dtypes import DTYPES
+from tuner.execution import TrialResult
+from tuner.executor import Executor
+from tuner.kernels.base import Kernel, specialization
+from tuner.shapes import Shape
 from tuner.space import SearchSpace
+from tuner.timing import Timing, is_tie
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# Statuses that say a config cannot work for a specialization: remembered, skipped next time.
+REMEMBERED = ("compile_error", "timeout", "crashed", "wrong")
+RETIMED_TOP = 3
+ASKS_PER_TRIAL = 10  # bound on asks when the sampler keeps proposing known configs
 
 
 @dataclass(frozen=True)
@@ -28,58 +40,135 @@ class StudyBudget:
     trials: int
     timeout_s: float | None
     seed: int
+    batch: int = 8
 
 
-def _tell(study: optuna.Study, trial: optuna.trial.Trial, tflops: float | None) -> None:
-    if tflops is None:
-        study.tell(trial, state=TrialState.FAIL)
-    else:
-        study.tell(trial, tflops)
+@dataclass(frozen=True)
+class StudyOutcome:
+    best: Trial | None
+    final: Timing | None = None
+    tied: tuple[int, ...] = ()
 
 
-def _replay(study: optuna.Study, distributions: dict, stored: list[Trial]) -> None:
-    for t in stored:
-        ok = t.status == "ok"
-        study.add_trial(create_trial(params=t.params, distributions=distributions,
-                                     value=t.tflops if ok else None,
-                                     state=TrialState.COMPLETE if ok else TrialState.FAIL))
+def _signature(params: dict) -> tuple:
+    return tuple(sorted(params.items()))
 
 
-def run_study(store: Store, run: Run, record: Study, bench: ShapeBench, kernel: Kernel,
-              space: SearchSpace, budget: StudyBudget,
-              on_trial: Callable[[int, TrialResult], None]) -> Trial | None:
-    """Search until the trial budget or the timeout is spent; return the best stored trial.
+class StudyRunner:
+    """Runs one study to its budget; `run` returns the winner and its final timing."""
 
-    A config the sampler proposes again is not re-run: its stored result is told again.
-    """
-    distributions = {name: CategoricalDistribution(values)
-                     for name, values in space.params.items()}
-    sampler = optuna.samplers.TPESampler(seed=record.seed)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    stored = list(record.trials)
-    _replay(study, distributions, stored)
-    seen = {tuple(sorted(t.params.items())): t for t in stored}
-    number = len(stored)
-    deadline = None if budget.timeout_s is None else time.monotonic() + budget.timeout_s
+    def __init__(self, store: Store, storage, executor: Executor, slot: int, run: Run,
+                 device: Device, kernel_row: KernelVersion, record: Study, kernel: Kernel,
+                 space: SearchSpace, shape: Shape, smem_limit: int, budget: StudyBudget,
+                 on_trial: Callable[[int, TrialResult], None],
+                 keep_going: Callable[[], bool] = lambda: True):
+        self.store, self.storage, self.executor, self.slot = store, storage, executor, slot
+        self.run_row, self.device, self.kernel_row, self.record = run, device, kernel_row, record
+        self.kernel, self.space, self.shape, self.budget = kernel, space, shape, budget
+        self.smem_limit, self.on_trial, self.keep_going = smem_limit, on_trial, keep_going
+        self.itemsize = DTYPES[shape.dtype].torch.itemsize
+        self.specialization = specialization(shape.key())
+        self.distributions = {name: CategoricalDistribution(values)
+                              for name, values in space.params.items()}
+        self.stored: dict[tuple, Trial] = {}
+        self.asks = 0
 
-    while len(study.trials) < budget.trials:
-        if deadline is not None and time.monotonic() >= deadline:
-            break
-        trial = study.ask(distributions)
-        params = dict(trial.params)
-        signature = tuple(sorted(params.items()))
-        known = seen.get(signature)
-        if known is not None:
-            _tell(study, trial, known.tflops if known.status == "ok" else None)
-            continue
-        result = bench.run(kernel, params)
-        row = store.add_trial(record, run, number, params, **result.as_columns(),
-                              timing_method=bench.backend.method if result.status == "ok"
-                              else None)
-        number += 1
-        seen[signature] = row
-        _tell(study, trial, result.tflops)
-        on_trial(len(study.trials), result)
+    # -- bookkeeping ----------------------------------------------------------------------
+    def _store(self, params: dict, result: TrialResult) -> Trial:
+        row = self.store.add_trial(self.record, self.run_row, len(self.stored), params,
+                                   **result.as_columns())
+        self.stored[_signature(params)] = row
+        if result.status in REMEMBERED:
+            self.store.remember_failure(self.device, self.kernel_row, self.specialization,
+                                        params, result.status, result.reason)
+        self.on_trial(len(self.stored), result)
+        return row
 
-    ok = [t for t in seen.values() if t.status == "ok"]
-    return max(ok, key=lambda t: t.tflops) if ok else None
+    @staticmethod
+    def _tell(study: optuna.Study, trial, row: Trial | None) -> None:
+        if row is not None and row.status == "ok":
+            study.tell(trial, row.tflops)
+        else:
+            study.tell(trial, state=TrialState.FAIL)
+
+    def _settle_interrupted(self, study: optuna.Study) -> None:
+        """Trials a killed run left running: told from our rows if stored, else redone first."""
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            row = self.stored.get(_signature(t.params))
+            self._tell(study, t.number, row)
+            if row is None and t.params:
+                study.enqueue_trial(t.params, skip_if_exists=False)
+
+    # -- the loop -------------------------------------------------------------------------
+    def _open(self) -> optuna.Study:
+        sampler = optuna.samplers.TPESampler(seed=self.record.seed, constant_liar=True)
+        return optuna.create_study(study_name=f"tuner-study-{self.record.id}",
+                                   storage=self.storage, sampler=sampler, direction="maximize",
+                                   load_if_exists=True)
+
+    def _ask_batch(self, study: optuna.Study, known_failures: set[str]) -> list:
+        """Up to `batch` new, feasible configs; everything else is answered on the spot."""
+        batch, batch_signatures = [], set()
+        want = min(self.budget.batch, self.budget.trials - len(self.stored))
+        for _ in range(want * ASKS_PER_TRIAL):
+            if len(batch) >= min(want, self.budget.trials - len(self.stored)):
+                break
+            trial = study.ask(self.distributions)
+            self.asks += 1
+            params = dict(trial.params)
+            signature = _signature(params)
+            if signature in self.stored:
+                self._tell(study, trial, self.stored[signature])
+            elif signature in batch_signatures or params_key(params) in known_failures:
+                study.tell(trial, state=TrialState.FAIL)
+            elif reason := self.kernel.feasible(params, self.itemsize, self.smem_limit):
+                self._tell(study, trial, self._store(params, TrialResult("infeasible", reason)))
+            else:
+                batch.append((trial, params))
+                batch_signatures.add(signature)
+        return batch
+
+    def _measure_batch(self, study: optuna.Study, batch: list) -> None:
+        compiled = self.executor.compile(self.shape, self.kernel.name, [p for _, p in batch])
+        for (trial, params), outcome in zip(batch, compiled):
+            if isinstance(outcome, TrialResult):
+                result = outcome
+            else:
+                result = self.executor.measure(self.slot, self.shape, self.record.seed,
+                                               self.kernel.name, params)
+                if self.executor.options.backend == "gpu":
+                    result = replace(result, compile_s=outcome)
+            self._tell(study, trial, self._store(params, result))
+
+    def run(self) -> StudyOutcome:
+        study = self._open()
+        self.stored = {_signature(t.params): t for t in self.store.trials_of(self.record)}
+        self._settle_interrupted(study)
+        known_failures = self.store.known_failures(self.device, self.kernel_row,
+                                                   self.specialization)
+        deadline = (None if self.budget.timeout_s is None
+                    else time.monotonic() + self.budget.timeout_s)
+        while (len(self.stored) < min(self.budget.trials, self.space.size)
+               and self.asks < self.budget.trials * ASKS_PER_TRIAL and self.keep_going()
+               and (deadline is None or time.monotonic() < deadline)):
+            batch = self._ask_batch(study, known_failures)
+            if batch:
+                self._measure_batch(study, batch)
+        return self._final()
+
+    def _final(self) -> StudyOutcome:
+        """Re-time the top configs interleaved; among ties, prefer fewer resources."""
+        ok = sorted((t for t in self.stored.values() if t.status == "ok"),
+                    key=lambda t: -t.tflops)[:RETIMED_TOP]
+        if len(ok) < 2:
+            return StudyOutcome(ok[0] if ok else None)
+        timings = self.executor.retime(self.slot, self.shape, self.record.seed, self.kernel.name,
+                                       [t.params for t in ok])
+        if timings is None:
+            return StudyOutcome(ok[0])
+        ranked = sorted(zip(ok, timings), key=lambda pair: pair[1].p50_ms)
+        fastest = ranked[0][1]
+        tied = [(t, timing) for t, timing in ranked if is_tie(fastest, timing)]
+        best, final = min(tied, key=lambda pair: (
+            self.kernel.smem_bytes(pair[0].params, self.itemsize), pair[0].compile_s or 0.0))
+        return StudyOutcome(best, final, tuple(t.id for t, _ in tied if t.id != best.id))

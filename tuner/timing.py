@@ -1,0 +1,272 @@
+"""Honest kernel timing: medians of many runs, cold L2, no launch gaps, ties called as ties.
+
+Every timing is a `Timing`: the p20/p50/p80 of its samples, how many samples there were and
+one line saying how they were taken, so that a stored number can be judged later.
+
+On a GPU, a config whose single launch takes at least `graph_below_ms` is timed launch by
+launch between CUDA events, with L2 flushed before each launch so that no run reads what the
+previous one left in cache. A shorter kernel is timed as a CUDA graph of many launches that
+cycle through several input sets: launching one at a time would measure the CPU's launch
+overhead rather than the kernel, and that overhead would decide the ranking. The caller gives
+enough input sets that together they exceed L2, so the rotation keeps the data cold.
+
+Results are read only after the last sample is queued: the CPU never waits on the GPU
+between samples, and nothing here sleeps or touches clocks.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol
+
+import torch
+
+WARMUP_LAUNCHES = 3
+# Flushed single launches whose median decides between the event and the graph method.
+ESTIMATE_SAMPLES = 5
+MAX_RUNS = 1000
+# A graph replay should last at least this long, so that the two events around it are noise.
+GRAPH_REPLAY_MS = 1.0
+MAX_GRAPH_LAUNCHES = 1000
+MIN_FLUSH_BYTES = 64 * 2**20
+# CUDA events resolve about half a microsecond; a shorter reading says only "very short".
+EVENT_RESOLUTION_MS = 0.0005
+# Two medians closer than this fraction of the faster one are a tie however tight their
+# spreads: run-to-run drift (clocks, temperature) is about this large even when one run's
+# samples agree closely.
+TIE_FLOOR = 0.01
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One config's time per launch: quantiles over `runs` samples, and how they were taken."""
+
+    p20_ms: float
+    p50_ms: float
+    p80_ms: float
+    runs: int  # how many timed samples the quantiles come from
+    method: str  # one line saying how the samples were taken
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float], method: str) -> Timing:
+        """The p20/p50/p80 of the samples, interpolated linearly between order statistics.
+
+        This is `statistics.quantiles(..., method="inclusive")` (and numpy's default), but it
+        also accepts one sample, which is then all three quantiles.
+        """
+        if not samples_ms:
+            raise ValueError("no timing samples")
+        ordered = sorted(samples_ms)
+
+        def quantile(q: float) -> float:
+            position = q * (len(ordered) - 1)
+            below = math.floor(position)
+            above = min(below + 1, len(ordered) - 1)
+            return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+        return cls(quantile(0.2), quantile(0.5), quantile(0.8), len(ordered), method)
+
+
+def is_tie(a: Timing, b: Timing) -> bool:
+    """True when the medians differ by no more than the noise of the two timings.
+
+    The noise is the larger of half the wider p20–p80 spread (how far a typical sample lies
+    from its median) and `TIE_FLOOR` of the faster median (drift that a single timing's
+    spread does not show).
+    """
+    spread = max(a.p80_ms - a.p20_ms, b.p80_ms - b.p20_ms)
+    noise = max(spread / 2, TIE_FLOOR * min(a.p50_ms, b.p50_ms))
+    return abs(a.p50_ms - b.p50_ms) <= noise
+
+
+class _SetCycle:
+    """Launches the kernel on input sets 0, 1, …, n_sets - 1, 0, 1, … call after call."""
+
+    def __init__(self, launch: Callable[[int], None], n_sets: int):
+        self._launch, self._n_sets, self._calls = launch, n_sets, 0
+
+    def __call__(self) -> None:
+        self._launch(self._calls % self._n_sets)
+        self._calls += 1
+
+
+class _Sampler(Protocol):
+    """Takes the samples of one config; the same kind serves a lone timing and a re-timing."""
+
+    def take(self) -> None:
+        """Queue (GPU) or take (CPU) one more sample."""
+
+    def timing(self) -> Timing:
+        """Everything taken so far, summarized."""
+
+
+class _EventSampler(ABC):
+    """Samples bracketed by CUDA events, read once at the end so the CPU never stalls."""
+
+    launches_per_sample = 1
+
+    def __init__(self, cycle: _SetCycle):
+        self._cycle = cycle
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    def take(self) -> None:
+        self._prepare()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self._run()
+        end.record()
+        self._events.append((start, end))
+
+    def timing(self) -> Timing:
+        torch.cuda.synchronize()
+        samples = [start.elapsed_time(end) / self.launches_per_sample
+                   for start, end in self._events]
+        return Timing.from_samples(samples, self._describe(len(samples)))
+
+    def _prepare(self) -> None:
+        """Untimed work before each sample."""
+
+    @abstractmethod
+    def _run(self) -> None:
+        """The timed work of one sample."""
+
+    @abstractmethod
+    def _describe(self, runs: int) -> str:
+        """The method line for `runs` samples."""
+
+
+@functools.cache
+def _l2_flush_buffer(device: int) -> torch.Tensor:
+    """Twice the L2 (at least 64 MiB): zeroing it evicts everything a kernel left there.
+
+    Allocated once per device and process: a fresh allocation per sample would cost more
+    than the kernels being timed.
+    """
+    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    return torch.empty(max(2 * l2_bytes, MIN_FLUSH_BYTES), dtype=torch.int8,
+                       device=f"cuda:{device}")
+
+
+class _FlushedLaunches(_EventSampler):
+    """One launch per sample, L2 flushed before it.
+
+    The flush also keeps the GPU busy while the CPU queues the launch, so the sample holds
+    the kernel rather than the CPU's launch overhead.
+    """
+
+    def __init__(self, cycle: _SetCycle):
+        super().__init__(cycle)
+        self._flush_buffer = _l2_flush_buffer(torch.cuda.current_device())
+
+    def _prepare(self) -> None:
+        self._flush_buffer.zero_()
+
+    def _run(self) -> None:
+        self._cycle()
+
+    def _describe(self, runs: int) -> str:
+        return f"cuda events, L2 flushed before each of {runs} runs"
+
+
+class _GraphReplays(_EventSampler):
+    """One replay of a CUDA graph of `launches` launches per sample, reported per launch."""
+
+    def __init__(self, cycle: _SetCycle, launches: int, n_sets: int):
+        super().__init__(cycle)
+        self.launches_per_sample, self._n_sets = launches, n_sets
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):  # on a side stream: the default one can't be captured
+            for _ in range(launches):
+                cycle()
+        self._graph.replay()  # the first replay uploads the graph: keep it out of the samples
+        torch.cuda.synchronize()
+
+    def _run(self) -> None:
+        self._graph.replay()
+
+    def _describe(self, runs: int) -> str:
+        return (f"cuda graph of {self.launches_per_sample} launches over {self._n_sets} "
+                f"input sets, {runs} replays")
+
+
+def _gpu_sampler(launch: Callable[[int], None], n_sets: int,
+                 graph_below_ms: float) -> tuple[_EventSampler, float]:
+    """Warm one config up and pick its method; returns the sampler and its ms per sample."""
+    cycle = _SetCycle(launch, n_sets)
+    for _ in range(WARMUP_LAUNCHES):
+        cycle()
+    probe = _FlushedLaunches(cycle)
+    for _ in range(ESTIMATE_SAMPLES):
+        probe.take()
+    launch_ms = max(probe.timing().p50_ms, EVENT_RESOLUTION_MS)
+    if launch_ms >= graph_below_ms:
+        return _FlushedLaunches(cycle), launch_ms
+    launches = min(MAX_GRAPH_LAUNCHES, math.ceil(GRAPH_REPLAY_MS / launch_ms))
+    return _GraphReplays(cycle, launches, n_sets), launches * launch_ms
+
+
+class _WallClock:
+    """perf_counter around each launch, for Triton's interpreter, which runs synchronously."""
+
+    def __init__(self, cycle: _SetCycle):
+        self._cycle = cycle
+        self._samples: list[float] = []
+        cycle()  # the first call pays one-time costs (parsing, caches): keep it out of the samples
+
+    def take(self) -> None:
+        start = time.perf_counter()
+        self._cycle()
+        self._samples.append((time.perf_counter() - start) * 1e3)
+
+    def timing(self) -> Timing:
+        runs = len(self._samples)
+        return Timing.from_samples(
+            self._samples, f"wall clock (perf_counter), {runs} runs after a warm-up call")
+
+
+def time_gpu(launch: Callable[[int], None], n_sets: int, *, min_runs: int = 10,
+             min_time_ms: float = 100.0, graph_below_ms: float = 0.02) -> Timing:
+    """launch(i) runs the kernel once on input set i (0 <= i < n_sets); all sets are equivalent.
+
+    Takes max(min_runs, enough samples to fill min_time_ms) samples, at most MAX_RUNS unless
+    min_runs asks for more, on the current CUDA device.
+    """
+    sampler, sample_ms = _gpu_sampler(launch, n_sets, graph_below_ms)
+    runs_to_fill = math.ceil(min_time_ms / sample_ms)
+    for _ in range(max(min_runs, min(MAX_RUNS, runs_to_fill))):
+        sampler.take()
+    return sampler.timing()
+
+
+def time_cpu(launch: Callable[[int], None], n_sets: int, *, runs: int = 3) -> Timing:
+    """Wall clock (perf_counter) for the CPU interpreter backend; warm-up call first."""
+    sampler = _WallClock(_SetCycle(launch, n_sets))
+    for _ in range(runs):
+        sampler.take()
+    return sampler.timing()
+
+
+def retime_interleaved(launches: list[Callable[[int], None]], n_sets: int, *, rounds: int = 30,
+                       gpu: bool = True, graph_below_ms: float = 0.02) -> list[Timing]:
+    """Re-time several configs side by side: each round times every config once, in rotating
+    order, so drift (clocks, temperature) hits them alike. Returns one Timing per launch, in
+    order.
+
+    Each config is sampled exactly as a lone `time_gpu` (or `time_cpu`) would sample it, so
+    its re-timing measures the same thing as its trial did; all warm-up happens before the
+    first round. Rotating the order (round r starts at config r) keeps any config from always
+    running right after the same neighbour.
+    """
+    samplers: list[_Sampler]
+    if gpu:
+        samplers = [_gpu_sampler(launch, n_sets, graph_below_ms)[0] for launch in launches]
+    else:
+        samplers = [_WallClock(_SetCycle(launch, n_sets)) for launch in launches]
+    for first in range(rounds):
+        for offset in range(len(samplers)):
+            samplers[(first + offset) % len(samplers)].take()
+    interleaving = f", one of {len(samplers)} configs interleaved over {rounds} rounds"
+    return [replace(t, method=t.method + interleaving) for t in (s.timing() for s in samplers)]

@@ -1,0 +1,114 @@
+"""Child processes that run one task at a time and can die or hang without taking the run along.
+
+A config can poison a CUDA context (illegal memory access), crash the process (segfault,
+abort) or hang the compiler. So compiling and timing happen in `Worker`s: long-lived `spawn`
+children the tuner supervises. A task that kills its worker or outlives its time limit raises
+`WorkerLost` in the tuner with a one-line reason; the worker is replaced before its next task.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import traceback
+from typing import Any, Callable
+
+_SPAWN = mp.get_context("spawn")
+
+# Errors after which a CUDA context is unusable: the worker reports the error, then exits so
+# that its replacement starts with a clean context.
+_STICKY_CUDA_ERRORS = ("illegal memory access", "unspecified launch failure", "device-side assert",
+                       "misaligned address", "illegal instruction", "CUDA error")
+
+
+def is_sticky_cuda_error(text: str) -> bool:
+    """Whether an error message means this process's CUDA context can no longer be used."""
+    return any(marker in text for marker in _STICKY_CUDA_ERRORS)
+
+
+class WorkerLost(RuntimeError):
+    """The worker died or stopped answering while running a task; str() is the reason."""
+
+
+class TaskFailed(RuntimeError):
+    """The task raised inside the worker; str() is 'ExceptionType: first line'."""
+
+
+def _worker_main(conn, env: dict[str, str]) -> None:
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+    while True:
+        try:
+            fn, args = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send(("ok", fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - reported to the supervisor, never lost
+            text = str(e).strip().splitlines()
+            reason = f"{type(e).__name__}: {text[0] if text else ''}".strip()
+            conn.send(("raised", reason, traceback.format_exc(limit=8)))
+            if is_sticky_cuda_error(str(e)):
+                os._exit(3)
+
+
+def _death_reason(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "worker stopped answering"
+    if exitcode < 0:
+        return f"worker killed by {signal.Signals(-exitcode).name}"
+    return f"worker exited with code {exitcode}"
+
+
+class Worker:
+    """One supervised child process; `call` runs fn(*args) in it, within a time limit."""
+
+    def __init__(self, name: str, env: dict[str, str] | None = None):
+        self.name, self.env = name, dict(env or {})
+        self.process = None
+        self.conn = None
+
+    def _start(self) -> None:
+        parent, child = _SPAWN.Pipe()
+        self.process = _SPAWN.Process(target=_worker_main, args=(child, self.env),
+                                      name=self.name, daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+
+    def _discard(self) -> None:
+        if self.process is not None:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(timeout=30)
+            self.conn.close()
+        self.process = self.conn = None
+
+    def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
+        """fn's result; TaskFailed if it raised; WorkerLost if the worker died or timed out.
+
+        fn must be importable by name (a module-level function) and its args picklable.
+        """
+        if self.process is None or not self.process.is_alive():
+            self._discard()
+            self._start()
+        self.conn.send((fn, args))
+        try:
+            ready = self.conn.poll(timeout)
+            reply = self.conn.recv() if ready else None
+        except (EOFError, ConnectionResetError, OSError):
+            reply = None
+        if reply is None:
+            self.process.join(timeout=5)
+            reason = (f"timeout after {timeout:g} s" if self.process.is_alive()
+                      else _death_reason(self.process.exitcode))
+            self._discard()
+            raise WorkerLost(reason)
+        if reply[0] == "raised":
+            if is_sticky_cuda_error(reply[1]):
+                self._discard()  # it is exiting; the next call starts a fresh one
+            raise TaskFailed(reply[1])
+        return reply[1]
+
+    def close(self) -> None:
+        self._discard()
