@@ -192,6 +192,18 @@ class Store:
             s.commit()
             return taken.rowcount == 1
 
+    def claim_owner(self, claim_key: str) -> str | None:
+        with self.sessions() as s:
+            return s.scalar(select(Claim.owner).filter_by(claim_key=claim_key))
+
+    def take_over(self, claim_key: str, dead_owner: str, owner: str) -> bool:
+        """Move a claim from an owner known to be dead; False if it changed hands meanwhile."""
+        with self.sessions() as s:
+            moved = s.execute(update(Claim).filter_by(claim_key=claim_key, owner=dead_owner)
+                              .values(owner=owner, heartbeat_at=utcnow()))
+            s.commit()
+            return moved.rowcount == 1
+
     def heartbeat(self, claim_keys: list[str], owner: str) -> None:
         with self.sessions() as s:
             s.execute(update(Claim).where(Claim.claim_key.in_(claim_keys), Claim.owner == owner)

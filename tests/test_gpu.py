@@ -65,3 +65,32 @@ def test_gpu_run_export_then_matmul_uses_the_winner(tmp_path, monkeypatch):
     assert dict(runtime.get_tuned_config("mm", M=512, N=768, K=1024, dtype="bf16",
                                          stride_am=1024, stride_bk=1)) == entry["config"]
     assert relative_error(tuner.matmul(a, b), a.double() @ b.double()) <= 1e-2
+
+
+def test_out_of_bounds_configs_are_recorded_and_the_run_goes_on(tmp_path):
+    """Crash isolation: OOB=1 configs poison their worker's CUDA context; the run completes,
+    records each as crashed with the CUDA error, and tunes the OOB=0 configs normally."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "shapes.csv").write_text("M,N,K,dtype,layout\n256,192,320,fp16,nn\n")
+    db = tmp_path / "tune.db"
+    env = {**os.environ, "TUNE_KERNEL_MODULES": "tests.oob_kernel",
+           "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, str(root / "cli.py"), "run", "--shapes", str(tmp_path / "shapes.csv"),
+         "--space", str(root / "tests" / "oob_space.yaml"), "--trials", "8", "--batch", "4",
+         "--jobs", "4", "--db", f"sqlite:///{db}"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with sqlite3.connect(db) as c:
+        rows = c.execute("select params, status, reason from tuner_trials").fetchall()
+        failures = c.execute("select count(*) from tuner_failures").fetchone()[0]
+    statuses = {(yaml.safe_load(p)["OOB"], s) for p, s, _ in rows}
+    assert statuses == {(0, "ok"), (1, "crashed")}, rows
+    assert all("illegal" in r or "cuda" in r.lower() for _, s, r in rows if s == "crashed")
+    assert failures == 4

@@ -43,6 +43,22 @@ class RunSummary:
     failed: list[str] = field(default_factory=list)
 
 
+def _dead_local_owner(owner: str) -> bool:
+    """Whether a claim's owner ran on this host and its process is gone (kill -9, crash):
+    then its claims need not wait out the lease."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
 class ClaimKeeper:
     """Holds this process's claims and refreshes their heartbeat from a background thread."""
 
@@ -64,10 +80,14 @@ class ClaimKeeper:
 
     def claim(self, key: str) -> bool:
         with self.lock:
-            if self.store.claim(key, self.owner, self.lease_s):
+            taken = self.store.claim(key, self.owner, self.lease_s)
+            if not taken:
+                holder = self.store.claim_owner(key)
+                taken = bool(holder and _dead_local_owner(holder)
+                             and self.store.take_over(key, holder, self.owner))
+            if taken:
                 self.held.add(key)
-                return True
-            return False
+            return taken
 
     def release(self, key: str) -> None:
         with self.lock:

@@ -1,0 +1,70 @@
+"""kill -9 `tune run` mid-study, run the same command again: nothing finished is lost or
+redone, and the trials in flight at the kill are redone. Runs through the interpreter."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="interpreter CLI tests run on CPU-only machines")
+SPACE = """kernel: mm
+params: {BLOCK_M: [16, 32, 64], BLOCK_N: [16, 32, 64], BLOCK_K: [32, 64], GROUP_M: [1, 4],
+         num_stages: [2], num_warps: [2, 4]}
+strategy: {M: align32, N: align32, K: align32, stride_am: align32, stride_bk: align32,
+           dtype: default}
+"""
+TRIALS = 14
+
+
+def stored_trials(db: Path) -> list[tuple]:
+    if not db.exists():
+        return []
+    with sqlite3.connect(db, timeout=30) as c:
+        try:
+            return c.execute("select study_id, number, params from tuner_trials").fetchall()
+        except sqlite3.OperationalError:  # schema not created yet
+            return []
+
+
+def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path):
+    (tmp_path / "shapes.csv").write_text("M,N,K,dtype,layout\n96,80,160,fp32,nn\n")
+    (tmp_path / "space.yaml").write_text(SPACE)
+    db = tmp_path / "tune.db"
+    command = [sys.executable, str(ROOT / "cli.py"), "run", "--shapes", "shapes.csv",
+               "--space", "space.yaml", "--backend", "interpret", "--trials", str(TRIALS),
+               "--batch", "3", "--db", f"sqlite:///{db}"]
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while len(stored_trials(db)) < 4 and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)  # the tuner and its workers, mid-study
+    first.wait()
+    before = stored_trials(db)
+    assert 4 <= len(before) < TRIALS, first.stderr.read().decode()[-2000:]
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
+    (summary,) = optuna.get_all_study_summaries(storage)
+    in_flight = [t.params for t in optuna.load_study(study_name=summary.study_name,
+                                                     storage=storage).get_trials(
+        states=(optuna.trial.TrialState.RUNNING,))]
+
+    second = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "tuned 1" in second.stderr
+    after = stored_trials(db)
+    assert set(before) <= set(after)  # nothing finished was lost
+    assert sorted(n for _, n, _ in after) == list(range(TRIALS))
+    assert len({p for _, _, p in after}) == TRIALS  # nothing measured twice
+    import json
+    stored_params = [json.loads(p) for _, _, p in after]
+    assert all(p in stored_params for p in in_flight)  # the interrupted trials were redone
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
