@@ -111,10 +111,8 @@ def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backe
     from tuner.space import builtin_spaces, load_space
 
     kernel_params = {name: k.params for name, k in KERNELS.items()}
-    spaces = builtin_spaces(kernel_params)
-    for path in space_paths:
-        space = load_space(path, kernel_params)
-        spaces[space.kernel] = space
+    own = {space.kernel: space for space in (load_space(p, kernel_params) for p in space_paths)}
+    spaces = builtin_spaces(kernel_params, skip=frozenset(own)) | own
     plans = plan_studies(shapes, spaces, kernel_for)
     url = resolve_url(db_url)
     store = Store(session_factory(url))

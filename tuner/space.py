@@ -105,11 +105,13 @@ def load_space(path: str | Path, kernel_params: dict[str, tuple[str, ...]]) -> S
     return parse_space(doc, str(path), kernel_params)
 
 
-def builtin_spaces(kernel_params: dict[str, tuple[str, ...]]) -> dict[str, SearchSpace]:
-    """The spaces shipped in tuner.search_spaces, by kernel name."""
+def builtin_spaces(kernel_params: dict[str, tuple[str, ...]],
+                   skip: frozenset[str] = frozenset()) -> dict[str, SearchSpace]:
+    """The spaces shipped in tuner.search_spaces (one KERNEL.yaml per kernel), except those
+    in `skip` (kernels the user gave a space of their own for, perhaps with other params)."""
     spaces = {}
     for entry in resources.files("tuner.search_spaces").iterdir():
-        if entry.name.endswith(".yaml"):
+        if entry.name.endswith(".yaml") and entry.name[:-5] not in skip:
             space = parse_space(yaml.safe_load(entry.read_text()), f"search_spaces/{entry.name}",
                                 kernel_params)
             spaces[space.kernel] = space
