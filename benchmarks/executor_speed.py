@@ -1,12 +1,15 @@
 """The parallel executor against sequential compile-then-time, same trial budget, per shape.
 
     python benchmarks/executor_speed.py [--rows 1-8] [--trials 40] [--modes parallel,sequential]
+                                        [--no-warm]
 
 "sequential" is one config at a time (--jobs 1 --batch 1): compile, then check and time, as
-before the executor; "parallel" is the default (--jobs = CPU cores, batch of 8 compiled at
-once). Each mode runs cold (empty Triton cache, new database) and then warm (same cache,
---retune). Per shape: wall time of its study (created to finished, baseline and re-timing
-included), the winner's TFLOP/s, and how many configs were compiled and timed.
+before the executor; "parallel" is the default (--jobs = CPU cores, batches of 8 compiled at
+once). Each shape is one `tune run`, cold (the mode's Triton cache holds only what earlier
+shapes compiled, as in one run over the file), then warm (same cache, --retune). Per shape:
+wall time of its study (created to finished: baseline and re-timing included, process start
+excluded), the winner's TFLOP/s, and how many configs were compiled and timed. Rows print as
+they finish.
 """
 from __future__ import annotations
 
@@ -25,33 +28,42 @@ def main() -> None:
     parser.add_argument("--rows", default="1-8")
     parser.add_argument("--trials", default="40")
     parser.add_argument("--modes", default="parallel,sequential")
+    parser.add_argument("--no-warm", action="store_true", help="cold runs only")
     args = parser.parse_args()
     print(f"# executor vs sequential — {device_line()}\n")
     print(f"rows {args.rows} of {Path(args.shapes).name}, {args.trials} trials per study, GPU 0\n")
     print("| shape | mode | cold s | warm s | cold TF/s | warm TF/s | compiled cold/warm | "
           "timed cold/warm |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
+    first, _, last = args.rows.partition("-")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        shapes = write_rows(Path(args.shapes), args.rows, tmp / "shapes.csv")
         totals = {}
         for mode in args.modes.split(","):
-            db, cache = tmp / f"{mode}.db", tmp / f"{mode}-cache"
+            cache = tmp / f"{mode}-cache"
             common = ("--trials", args.trials, "--devices", "0", *MODES[mode])
-            cold_total = tune(shapes, db, cache, *common)
-            cold = study_stats(db)
-            warm_total = tune(shapes, db, cache, *common, "--retune")
-            warm = study_stats(db)
-            totals[mode] = (cold_total, warm_total)
-            for c, w in zip(cold, warm):
-                print(f"| {c.shape} | {mode} | {c.wall_s:.1f} | {w.wall_s:.1f} | "
-                      f"{c.best_tflops or 0:.1f} | {w.best_tflops or 0:.1f} | "
-                      f"{c.compiled}/{w.compiled} | {c.timed}/{w.timed} |", flush=True)
+            walls = []
+            for row in range(int(first), int(last or first) + 1):
+                shape = write_rows(Path(args.shapes), str(row), tmp / f"row{row}.csv")
+                db = tmp / f"{mode}-{row}.db"
+                tune(shape, db, cache, *common)
+                (cold,) = study_stats(db)
+                warm = cold if args.no_warm else None
+                if not args.no_warm:
+                    tune(shape, db, cache, *common, "--retune")
+                    (warm,) = study_stats(db)
+                walls.append((cold.wall_s, warm.wall_s))
+                w = "-" if args.no_warm else None
+                print(f"| {cold.shape} | {mode} | {cold.wall_s:.1f} | {w or f'{warm.wall_s:.1f}'} | "
+                      f"{cold.best_tflops or 0:.1f} | {w or f'{warm.best_tflops or 0:.1f}'} | "
+                      f"{cold.compiled}/{w or warm.compiled} | {cold.timed}/{w or warm.timed} |",
+                      flush=True)
+            totals[mode] = walls
     print()
-    for mode, (cold_total, warm_total) in totals.items():
-        n = len(cold)
-        print(f"{mode}: whole run cold {cold_total:.0f} s ({cold_total / n:.1f} s/shape), "
-              f"warm {warm_total:.0f} s ({warm_total / n:.1f} s/shape)")
+    for mode, walls in totals.items():
+        cold = sum(c for c, _ in walls) / len(walls)
+        warm = "" if args.no_warm else f", warm {sum(w for _, w in walls) / len(walls):.1f}"
+        print(f"{mode}: mean study wall time per shape cold {cold:.1f} s{warm}")
 
 
 if __name__ == "__main__":
