@@ -82,8 +82,8 @@ def test_space_loads_and_hash_ignores_formatting(tmp_path):
 
 @pytest.mark.parametrize("old, new, field, expected", [
     ("kernel: mm", "kernel: conv", "kernel", "one of mm"),
-    ("BLOCK_M: [32, 64]", "BLOCK_M: []", "params.BLOCK_M", "non-empty list of positive"),
-    ("BLOCK_M: [32, 64]", "BLOCK_M: [32, -1]", "params.BLOCK_M", "positive integers"),
+    ("BLOCK_M: [32, 64]", "BLOCK_M: []", "params.BLOCK_M", "non-empty list of non-negative"),
+    ("BLOCK_M: [32, 64]", "BLOCK_M: [32, -1]", "params.BLOCK_M", "non-negative integers"),
     ("  num_warps: [4]\n", "", "params.num_warps", "non-empty list"),
     ("GROUP_M: [8]", "GROUP_M: [8]\n  SPLIT_K: [2]", "params.SPLIT_K", "a parameter of mm"),
     ("N: log", "N: align7", "strategy.N", "one of default, align32, log"),

@@ -72,9 +72,10 @@ def parse_space(doc, source: str, kernel_params: dict[str, tuple[str, ...]]) -> 
     for name in wanted:
         values = params.get(name)
         if (not isinstance(values, list) or not values
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                            for v in values)):
-            raise _fail(source, f"params.{name}", "a non-empty list of positive integers", values)
+            raise _fail(source, f"params.{name}", "a non-empty list of non-negative integers",
+                        values)
         checked[name] = tuple(dict.fromkeys(values))
 
     strategy = doc.get("strategy")
