@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import create_engine, event
+from contextlib import contextmanager
+
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -13,6 +15,9 @@ from tuner.db.models import Base
 DEFAULT_URL = "sqlite:///tune.db"
 # SQLite waits this long for a lock held by another local process instead of failing.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# PostgreSQL advisory lock taken while creating tables: two `tune run` processes starting
+# together on an empty database would otherwise both CREATE the same table or type.
+_SCHEMA_LOCK = 0x74756E65  # "tune"
 
 
 class DatabaseError(RuntimeError):
@@ -47,11 +52,27 @@ def open_engine(url: str | None = None) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     try:
-        Base.metadata.create_all(engine)
+        with engine.connect() as conn, _schema_lock(conn):
+            Base.metadata.create_all(conn)
+            conn.commit()
     except SQLAlchemyError as e:
         first = str(e.orig if getattr(e, "orig", None) else e).splitlines()[0]
         raise DatabaseError(f"cannot open database {parsed.render_as_string()}: {first}") from None
     return engine
+
+
+@contextmanager
+def _schema_lock(conn):
+    """Serialize schema creation across processes (PostgreSQL; SQLite locks the file itself)."""
+    postgres = conn.dialect.name == "postgresql"
+    if postgres:
+        conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK})
+    try:
+        yield
+    finally:
+        if postgres:
+            conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _SCHEMA_LOCK})
+            conn.commit()
 
 
 def session_factory(url: str | None = None) -> sessionmaker[Session]:
@@ -63,4 +84,9 @@ def optuna_storage(url: str):
     import optuna
 
     connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
+    lock_engine = create_engine(url)
+    try:
+        with lock_engine.connect() as conn, _schema_lock(conn):  # Optuna creates tables too
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
+    finally:
+        lock_engine.dispose()

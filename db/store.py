@@ -35,12 +35,18 @@ class Store:
         self.sessions = sessions
 
     def _get_or_create(self, model, unique: dict, **extra):
+        """The row with these unique values, inserting it if absent (and if a concurrent run
+        inserts it first, reading theirs)."""
+        query = select(model).filter_by(**unique)
         with self.sessions() as s:
-            row = s.scalars(select(model).filter_by(**unique)).first()
+            row = s.scalars(query).first()
             if row is None:
-                row = model(**unique, **extra)
-                s.add(row)
-                s.commit()
+                s.add(model(**unique, **extra))
+                try:
+                    s.commit()
+                except IntegrityError:
+                    s.rollback()
+                row = s.scalars(query).one()
             return row
 
     # -- identities -----------------------------------------------------------------------
