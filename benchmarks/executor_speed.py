@@ -22,6 +22,14 @@ from _tune_runs import ROOT, device_line, study_stats, tune, write_rows
 MODES = {"sequential": ("--jobs", "1", "--batch", "1"), "parallel": ()}
 
 
+def _or_dash(stats, field: str) -> str:
+    """A warm-run number for the table, or '-' when warm runs were skipped."""
+    if stats is None:
+        return "-"
+    value = getattr(stats, field) or 0
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default=str(ROOT / "benchmarks/shapes/shapes-dev.csv"))
@@ -48,16 +56,15 @@ def main() -> None:
                 db = tmp / f"{mode}-{row}.db"
                 tune(shape, db, cache, *common)
                 (cold,) = study_stats(db)
-                warm = cold if args.no_warm else None
+                warm = None
                 if not args.no_warm:
                     tune(shape, db, cache, *common, "--retune")
                     (warm,) = study_stats(db)
-                walls.append((cold.wall_s, warm.wall_s))
-                w = "-" if args.no_warm else None
-                print(f"| {cold.shape} | {mode} | {cold.wall_s:.1f} | {w or f'{warm.wall_s:.1f}'} | "
-                      f"{cold.best_tflops or 0:.1f} | {w or f'{warm.best_tflops or 0:.1f}'} | "
-                      f"{cold.compiled}/{w or warm.compiled} | {cold.timed}/{w or warm.timed} |",
-                      flush=True)
+                walls.append((cold.wall_s, warm.wall_s if warm else None))
+                print(f"| {cold.shape} | {mode} | {cold.wall_s:.1f} | {_or_dash(warm, 'wall_s')} "
+                      f"| {cold.best_tflops or 0:.1f} | {_or_dash(warm, 'best_tflops')} | "
+                      f"{cold.compiled}/{_or_dash(warm, 'compiled')} | "
+                      f"{cold.timed}/{_or_dash(warm, 'timed')} |", flush=True)
             totals[mode] = walls
     print()
     for mode, walls in totals.items():

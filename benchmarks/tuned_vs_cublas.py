@@ -52,6 +52,39 @@ def checked(fn, out, ref, tolerance):
     return err
 
 
+def compare(shape, seed: int, rep_ms: int, matmul) -> tuple:
+    """TF/s of cuBLAS, of `matmul` (the tuned dispatcher) and of the best tutorial config on one
+    shape, plus the relative errors of the first two; every output is checked."""
+    tol = DTYPES[shape.dtype].tolerance
+    a, b = random_operands(shape, "cuda", seed=seed)
+    ref = a.double() @ b.double()
+    out = torch.empty((shape.M, shape.N), dtype=a.dtype, device="cuda")
+
+    def run_cublas():
+        torch.matmul(a, b, out=out)
+
+    def run_tuned():
+        matmul(a, b, out=out)
+
+    run_cublas()
+    err_cublas = relative_error(out, ref)
+    err_tuned = checked(run_tuned, out, ref, tol)
+    tflop = shape.flops / 1e12
+    cublas_tf = tflop / (bench(run_cublas, rep_ms) * 1e-3)
+    tuned_tf = tflop / (bench(run_tuned, rep_ms) * 1e-3)
+    tutorial_tf = 0.0
+    for cfg in TUTORIAL_CONFIGS:
+        def run_cfg(cfg=cfg):
+            KERNELS["mm"].launch(a, b, out, cfg)
+        try:
+            checked(run_cfg, out, ref, tol)
+        except Exception as e:  # noqa: BLE001 - a tutorial config may not fit this shape
+            print(f"<!-- tutorial {cfg} failed: {type(e).__name__} -->", file=sys.stderr)
+            continue
+        tutorial_tf = max(tutorial_tf, tflop / (bench(run_cfg, rep_ms) * 1e-3))
+    return cublas_tf, tuned_tf, tutorial_tf, err_cublas, err_tuned
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", required=True)
@@ -64,7 +97,6 @@ def main(argv=None) -> int:
     import tuner  # after TUNE_CONFIG, so the dispatcher's lookup reads it
 
     shapes = load_shapes(args.shapes)
-    mm = KERNELS["mm"]
     props = torch.cuda.get_device_properties(0)
     print(f"# tuned Triton vs cuBLAS vs tutorial configs — {props.name}, "
           f"{props.multi_processor_count} SMs, torch {torch.__version__}, triton "
@@ -78,40 +110,14 @@ def main(argv=None) -> int:
     ratios_cublas, ratios_tutorial = [], []
     for i in parse_rows(args.rows, len(shapes)):
         shape = shapes[i]
-        tol = DTYPES[shape.dtype].tolerance
-        a, b = random_operands(shape, "cuda", seed=1000 + i)
-        ref = a.double() @ b.double()
-        out = torch.empty((shape.M, shape.N), dtype=a.dtype, device="cuda")
-
-        def run_cublas():
-            torch.matmul(a, b, out=out)
-
-        def run_tuned():
-            tuner.matmul(a, b, out=out)
-
-        run_cublas()
-        err_cublas = relative_error(out, ref)
-        err_tuned = checked(run_tuned, out, ref, tol)
-        tflop = shape.flops / 1e12
-        cublas_tf = tflop / (bench(run_cublas, args.rep_ms) * 1e-3)
-        tuned_tf = tflop / (bench(run_tuned, args.rep_ms) * 1e-3)
-        tutorial_tf = 0.0
-        for cfg in TUTORIAL_CONFIGS:
-            def run_cfg(cfg=cfg):
-                mm.launch(a, b, out, cfg)
-            try:
-                checked(run_cfg, out, ref, tol)
-            except Exception as e:  # noqa: BLE001 - a tutorial config may not fit this shape
-                print(f"<!-- tutorial {cfg} failed: {type(e).__name__} -->", file=sys.stderr)
-                continue
-            tutorial_tf = max(tutorial_tf, tflop / (bench(run_cfg, args.rep_ms) * 1e-3))
+        cublas_tf, tuned_tf, tutorial_tf, err_cublas, err_tuned = compare(
+            shape, 1000 + i, args.rep_ms, tuner.matmul)
+        torch.cuda.empty_cache()  # compare's buffers are gone; give their memory back
         ratios_cublas.append(tuned_tf / cublas_tf)
         ratios_tutorial.append(tuned_tf / tutorial_tf if tutorial_tf else float("nan"))
         print(f"| {shape.M} | {shape.N} | {shape.K} | {shape.dtype} | {shape.layout} | "
               f"{cublas_tf:.1f} | {tuned_tf:.1f} | {ratios_cublas[-1]:.2f} | {tutorial_tf:.1f} | "
               f"{ratios_tutorial[-1]:.2f} | {err_cublas:.1e} | {err_tuned:.1e} |", flush=True)
-        del a, b, ref, out
-        torch.cuda.empty_cache()
 
     def geomean(xs):
         xs = [x for x in xs if x == x and x > 0]

@@ -110,3 +110,19 @@ def test_gpu_backend_without_gpu_is_one_clear_line(workdir):
         "Error: no CUDA GPU visible (torch.cuda.is_available() is False); use --backend "
         "interpret to run on the CPU through Triton's interpreter"]
     assert not (workdir / "tune.db").exists()
+
+
+def test_show_failures_lists_remembered_configs(workdir):
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+    from tests.factories import H100
+
+    store = Store(session_factory(f"sqlite:///{workdir / 'tune.db'}"))
+    device, kernel = store.device(H100), store.kernel("mm", "abc")
+    store.remember_failure(device, kernel, "bf16 M:16n", {"BLOCK_M": 256, "num_warps": 2},
+                           "timeout", "timeout after 120 s")
+    result = tune(workdir, "show", "--failures")
+    assert result.exit_code == 0, result.output
+    assert "timeout after 120 s" in result.output and "BM256 w2" in result.output
+    assert "no remembered failures" in tune(workdir, "show", "--failures", "--device",
+                                            "a100").output

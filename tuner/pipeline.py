@@ -107,6 +107,7 @@ class TuneJob:
         self.spaces, self.budget, self.retune, self.reporter = spaces, budget, retune, reporter
         self.summary = RunSummary()
         self.stop = threading.Event()
+        self.error: BaseException | None = None  # a bug in a device thread, re-raised by run
 
     def run(self, plans: list[KeyPlan], command: list[str]) -> RunSummary:
         info = self.executor.device_info()
@@ -129,6 +130,8 @@ class TuneJob:
             for t in threads:
                 while t.is_alive():
                     t.join(timeout=0.5)  # short waits keep Ctrl-C deliverable
+            if self.error is not None:
+                raise self.error
             status = "interrupted" if self.stop.is_set() else "finished"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -147,9 +150,10 @@ class TuneJob:
                 return
             try:
                 self._tune_key(slot, plan)
-            except BaseException:
-                self.stop.set()  # a bug, not a config: stop the other slots too
-                raise
+            except BaseException as e:  # a bug, not a config: stop every slot, fail the run
+                self.error = e
+                self.stop.set()
+                return
 
     def _tune_key(self, slot: int, plan: KeyPlan) -> None:
         kernel_row, space_row = self.kernel_rows[plan.kernel], self.space_rows[plan.kernel]
