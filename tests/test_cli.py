@@ -10,18 +10,13 @@ from click.testing import CliRunner
 
 from tuner import runtime
 from tuner.cli import main
+from tests.factories import H100, SMALL_SPACE
 
 ROOT = Path(__file__).resolve().parent.parent
 # --backend interpret must own triton's mode; on a GPU machine triton is already compiled-mode.
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="interpreter CLI tests run on CPU-only machines")
 SHAPES = "M,N,K,dtype,layout,weight\n40,48,64,bf16,nn,1\n33,40,50,fp16,nt,1\n24,1,70,fp32,tn,1\n"
-SMALL_SPACE = """kernel: mm
-params: {BLOCK_M: [16, 32], BLOCK_N: [16, 32], BLOCK_K: [32, 64], GROUP_M: [1, 4],
-         num_stages: [2], num_warps: [2, 4]}
-strategy: {M: align32, N: align32, K: align32, stride_am: align32, stride_bk: align32,
-           dtype: default}
-"""
 
 
 @pytest.fixture
@@ -115,7 +110,6 @@ def test_gpu_backend_without_gpu_is_one_clear_line(workdir):
 def test_show_failures_lists_remembered_configs(workdir):
     from tuner.db.session import session_factory
     from tuner.db.store import Store
-    from tests.factories import H100
 
     store = Store(session_factory(f"sqlite:///{workdir / 'tune.db'}"))
     device, kernel = store.device(H100), store.kernel("mm", "abc")

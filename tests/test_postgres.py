@@ -23,18 +23,13 @@ from sqlalchemy.engine import make_url
 from tuner.bucketing import KEY_FIELDS
 from tuner.db.models import Study, Trial, Winner
 from tuner.db.session import open_engine, optuna_storage
+from tests.factories import SMALL_SPACE
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBPROCESS_TIMEOUT_S = 600  # for all the processes of one finish() together
 # A run's last line: "tuned 3, already tuned 1, busy elsewhere 0, failed 0".
 SUMMARY = re.compile(r"^tuned \d+(?:, [a-z ]+ \d+)*$", re.MULTILINE)
 
-SMALL_SPACE = """kernel: mm
-params: {BLOCK_M: [16, 32], BLOCK_N: [16, 32], BLOCK_K: [32, 64], GROUP_M: [1, 4],
-         num_stages: [2], num_warps: [2, 4]}
-strategy: {M: align32, N: align32, K: align32, stride_am: align32, stride_bk: align32,
-           dtype: default}
-"""
 # Four shapes in four buckets: two mm (N > 1) and two gemv (N == 1), in bf16 and fp16.
 SHAPES = """M,N,K,dtype,layout,weight
 40,48,64,bf16,nn,1

@@ -19,7 +19,7 @@ from tuner.dtypes import DTYPES
 from tuner.kernels import KERNELS
 from tuner.shapes import Shape
 from tuner.timing import Timing, retime_interleaved
-from tuner.workers import is_sticky_cuda_error
+from tuner.workers import is_sticky_cuda_error, one_line
 
 # Small problems get this many bytes of rotating input sets (a few times any Hopper L2),
 # so that timed runs read operands from device memory, as they would in a model.
@@ -43,21 +43,25 @@ class TrialResult:
         return asdict(self)
 
 
+def _laid_out(shape: Shape, allocate) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (M×K) and B (K×N) in the shape's layout: a `t` operand is the transposed view of
+    storage allocated the other way round. allocate(dims) makes the storage."""
+    def operand(rows, cols, transposed):
+        return allocate((cols, rows)).t() if transposed else allocate((rows, cols))
+
+    return (operand(shape.M, shape.K, shape.layout[0] == "t"),
+            operand(shape.K, shape.N, shape.layout[1] == "t"))
+
+
 def random_operands(shape: Shape, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fresh random A (M×K) and B (K×N) in the shape's dtype and layout (`t`: a transposed view).
+    """Fresh random A and B in the shape's dtype and layout.
 
     Never zeros: zeros hide unwritten outputs and can run faster than real data.
     """
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = DTYPES[shape.dtype].torch
-
-    def make(rows, cols, transposed):
-        dims = (cols, rows) if transposed else (rows, cols)
-        x = torch.randn(dims, generator=gen, device=device, dtype=torch.float32).to(dtype)
-        return x.t() if transposed else x
-
-    return make(shape.M, shape.K, shape.layout[0] == "t"), make(shape.K, shape.N,
-                                                                 shape.layout[1] == "t")
+    return _laid_out(shape, lambda dims: torch.randn(dims, generator=gen, device=device,
+                                                     dtype=torch.float32).to(dtype))
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -70,14 +74,10 @@ def meta_operands(shape: Shape) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     """A, B, out as meta tensors (shapes, strides, dtype; no data): what a compile needs."""
     dtype = DTYPES[shape.dtype].torch
 
-    def make(rows, cols, transposed):
-        if transposed:
-            return torch.empty((cols, rows), dtype=dtype, device="meta").t()
-        return torch.empty((rows, cols), dtype=dtype, device="meta")
+    def allocate(dims):
+        return torch.empty(dims, dtype=dtype, device="meta")
 
-    return (make(shape.M, shape.K, shape.layout[0] == "t"),
-            make(shape.K, shape.N, shape.layout[1] == "t"),
-            torch.empty((shape.M, shape.N), dtype=dtype, device="meta"))
+    return (*_laid_out(shape, allocate), allocate((shape.M, shape.N)))
 
 
 class ShapeBench:
@@ -152,11 +152,6 @@ def _bench_for(shape: Shape, seed: int) -> ShapeBench:
     return _bench
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}".strip()
-
-
 def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict) -> TrialResult:
     """A trial's result, whatever the config does short of poisoning the CUDA context.
 
@@ -169,7 +164,7 @@ def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict) -> Tri
             raise
         # CompilationError, OutOfResources and friends all live in triton's own modules.
         triton_error = type(e).__module__.split(".")[0] == "triton"
-        return TrialResult("compile_error" if triton_error else "runtime_error", _one_line(e))
+        return TrialResult("compile_error" if triton_error else "runtime_error", one_line(e))
 
 
 def baseline_task(shape: Shape, seed: int) -> Timing:

@@ -21,6 +21,12 @@ _STICKY_CUDA_ERRORS = ("illegal memory access", "unspecified launch failure", "d
                        "misaligned address", "illegal instruction", "CUDA error")
 
 
+def one_line(e: BaseException) -> str:
+    """'ExceptionType: first line of its message': how a failure is stored and shown."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".strip()
+
+
 def is_sticky_cuda_error(text: str) -> bool:
     """Whether an error message means this process's CUDA context can no longer be used."""
     return any(marker in text for marker in _STICKY_CUDA_ERRORS)
@@ -45,9 +51,7 @@ def _worker_main(conn, env: dict[str, str]) -> None:
         try:
             conn.send(("ok", fn(*args)))
         except BaseException as e:  # noqa: BLE001 - reported to the supervisor, never lost
-            text = str(e).strip().splitlines()
-            reason = f"{type(e).__name__}: {text[0] if text else ''}".strip()
-            conn.send(("raised", reason, traceback.format_exc(limit=8)))
+            conn.send(("raised", one_line(e), traceback.format_exc(limit=8)))
             if is_sticky_cuda_error(str(e)):
                 os._exit(3)
 
