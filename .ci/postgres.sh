@@ -5,6 +5,10 @@
 # role and database. Safe to run again: every step checks first. Every wait is bounded.
 # Progress goes to stderr; the one line on stdout is the SQLAlchemy URL for the tests.
 set -euo pipefail
+# Every tool below may chat on stdout (pg_ctlcluster prints "Removed stale pid file." after an
+# unclean shutdown), so stdout goes to stderr for the whole script; fd 3 keeps the real stdout
+# for the URL alone.
+exec 3>&1 1>&2
 
 ROLE=tuner PASSWORD=tuner DB=tune_test CLUSTER=main
 
@@ -31,14 +35,17 @@ fi
 # pg_hba.conf). Takes effect at the next start.
 pg_conftool "$VERSION" "$CLUSTER" set listen_addresses localhost
 
-if ! pg_ctlcluster "$VERSION" "$CLUSTER" status >/dev/null 2>&1; then
-    log "starting cluster $VERSION/$CLUSTER"
-    # pg_ctl waits for the server itself; the outer timeout covers a hung start anyway.
-    timeout 120 pg_ctlcluster "$VERSION" "$CLUSTER" start -- --timeout=60
-fi
 PORT=$(pg_conftool -s "$VERSION" "$CLUSTER" show port)
+# Start the server when it is not running, and again if it dies while we wait (after an
+# unclean shutdown, a status check can catch the old server's last moments).
 for _ in $(seq 60); do
     pg_isready -q -h 127.0.0.1 -p "$PORT" && break
+    if ! pg_ctlcluster "$VERSION" "$CLUSTER" status >/dev/null 2>&1; then
+        log "starting cluster $VERSION/$CLUSTER"
+        # pg_ctl waits for the server itself; the outer timeout covers a hung start anyway.
+        # 3>&-: the server must not inherit fd 3, or the caller's $(...) never sees end of file.
+        timeout 120 pg_ctlcluster "$VERSION" "$CLUSTER" start -- --timeout=60 3>&- || true
+    fi
     sleep 1
 done
 pg_isready -h 127.0.0.1 -p "$PORT" >&2 || { log "server not ready after 60 s"; exit 1; }
@@ -55,4 +62,4 @@ fi
 
 URL="postgresql+psycopg://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DB"
 log "ready: $URL"
-echo "$URL"
+echo "$URL" >&3
