@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from _tune_runs import ROOT, device_line, study_stats, tune, write_rows
 
 

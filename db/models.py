@@ -116,7 +116,7 @@ class Study(KeyColumns, Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
 
-    trials: Mapped[list["Trial"]] = relationship(back_populates="study", order_by="Trial.number")
+    trials: Mapped[list[Trial]] = relationship(back_populates="study", order_by="Trial.number")
     kernel: Mapped[KernelVersion] = relationship()
     space: Mapped[SearchSpaceRecord] = relationship()
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-
 from contextlib import contextmanager
 
 from sqlalchemy import create_engine, event, text

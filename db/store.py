@@ -15,8 +15,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from tuner.backends import DeviceInfo
-from tuner.db.models import (Claim, Device, Failure, KernelVersion, Run, SearchSpaceRecord, Study,
-                             Trial, Winner, utcnow)
+from tuner.db.models import (
+    Claim,
+    Device,
+    Failure,
+    KernelVersion,
+    Run,
+    SearchSpaceRecord,
+    Study,
+    Trial,
+    Winner,
+    utcnow,
+)
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 

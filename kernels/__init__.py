@@ -1,16 +1,29 @@
-"""The Triton kernels the tuner tunes, each wrapped as a `Kernel` (see `base.py`).
+"""The Triton kernels the tuner tunes: operations (`Kernel`) made of variants (`Variant`).
 
-`mm` is the general GEMM (matmul.py); `gemv` is the matrix-vector product used when N == 1
-(gemv.py). KERNELS maps the names stored in the database and exported tables to them.
+`mm` is the general GEMM; `gemv` serves the GEMMs with a single row or column (M == 1 or
+N == 1), where the matrix-vector kernel competes with the tile kernels. The two never share a
+bucketed key, so a gemv config is never applied to a shape it cannot compute. KERNELS maps
+the names stored in the database and exported tables to them.
 """
 import importlib
 import os
+from pathlib import Path
 
 from tuner.kernels.base import Kernel
 from tuner.kernels.gemv import GEMV
-from tuner.kernels.matmul import MM
+from tuner.kernels.general import GENERAL
+from tuner.kernels.persistent import PERSISTENT
+from tuner.kernels.splitk import SPLITK
+from tuner.kernels.tma import TMA
 
-KERNELS: dict[str, Kernel] = {"mm": MM, "gemv": GEMV}
+_HERE = Path(__file__).parent
+_SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainloop.py",
+                                          "padding.py", "workspace.py"))
+
+KERNELS: dict[str, Kernel] = {
+    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, SPLITK), _SHARED),
+    "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK), _SHARED),
+}
 
 # Kernels from elsewhere: TUNE_KERNEL_MODULES=pkg.mod,... names modules that each define
 # KERNEL, registered under KERNEL.name (replacing a built-in of that name). Worker processes
@@ -20,11 +33,6 @@ for _module in filter(None, os.environ.get("TUNE_KERNEL_MODULES", "").split(",")
     KERNELS[_kernel.name] = _kernel
 
 
-def kernel_for(n: int) -> Kernel:
-    """The kernel that computes a GEMM with N output columns.
-
-    N == 1 goes to gemv: a tensor-core tile at least 16 columns wide would be almost all
-    padding there, while gemv streams A once on the CUDA cores, which is what bounds a
-    matrix-vector product.
-    """
-    return KERNELS["gemv" if n == 1 else "mm"]
+def kernel_for(m: int, n: int) -> Kernel:
+    """The kernel that computes an M×N GEMM: gemv for a single row or column, else mm."""
+    return KERNELS["gemv" if m == 1 or n == 1 else "mm"]

@@ -1,9 +1,18 @@
-"""Launcher-side decisions shared by the mm and gemv kernels."""
+"""Launcher-side decisions shared by the variants."""
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 
 import torch
 
+from tuner.kernels.base import Gemm
+
 _INT32_MAX = 2**31 - 1
+
+# Triton picks the interpreter when @triton.jit runs, i.e. when the kernel modules are
+# imported, so reading the switch at the same moment says what the kernels will run on.
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def needs_int64(*tensors: torch.Tensor) -> bool:
@@ -19,3 +28,37 @@ def needs_int64(*tensors: torch.Tensor) -> bool:
         sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) > _INT32_MAX
         for t in tensors
     )
+
+
+def epilogue_args(gemm: Gemm) -> tuple[tuple, dict]:
+    """The (bias_ptr, scale_a_ptr, scale_b_ptr) arguments and HAS_BIAS/SCALED constexprs of
+    kernels/_epilogue.py. Absent tensors pass `out` as a never-read placeholder pointer."""
+    args = (gemm.out if gemm.bias is None else gemm.bias,
+            gemm.out if gemm.scale_a is None else gemm.scale_a,
+            gemm.out if gemm.scale_b is None else gemm.scale_b)
+    return args, dict(HAS_BIAS=gemm.bias is not None, SCALED=gemm.scale_a is not None)
+
+
+def dot_options(gemm: Gemm) -> dict:
+    """Constexprs of how tiles are multiplied.
+
+    INPUT_PRECISION: fp32 inputs multiply in IEEE fp32 unless allow_tf32; other dtypes use
+    tensor cores as they are (None). DOT_UPCAST: the interpreter's tl.dot multiplies bf16
+    operands as their raw uint16 bit patterns (triton issue #11584; Triton's docs: the
+    interpreter has no bf16 arithmetic), so under it bf16 tiles go to fp32 first (fp8 too,
+    which numpy lacks). Compiled kernels never take that path.
+    """
+    dtype = gemm.a.dtype
+    is_fp32 = dtype == torch.float32
+    return dict(
+        INPUT_PRECISION=("tf32" if gemm.allow_tf32 else "ieee") if is_fp32 else None,
+        DOT_UPCAST=INTERPRETED and dtype not in (torch.float16, torch.float32),
+    )
+
+
+def tile_smem_bytes(tunables: Mapping[str, int], itemsize: int) -> int:
+    """Shared memory of a tile main loop's software pipeline: num_stages buffered A and B
+    tiles (Triton's own figure on an H200 for 128x256x128, 3 stages, bf16: 294912)."""
+    tile_elements = (tunables["BLOCK_M"] * tunables["BLOCK_K"]
+                     + tunables["BLOCK_K"] * tunables["BLOCK_N"])
+    return tunables["num_stages"] * tile_elements * itemsize

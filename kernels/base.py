@@ -1,25 +1,38 @@
-"""What every tunable kernel exposes to the tuner: its parameters, a launcher, a feasibility check.
+"""What every tunable kernel exposes to the tuner: variants, their parameters, a launcher.
 
-The tuner never touches a Triton kernel directly. It asks a `Kernel` for the names of its
-tunable parameters, checks a config with `feasible` before paying for a compile, compiles it
-with `compile` (in a worker process) and runs it with `launch`. Adding a kernel means adding one module that builds one of these.
+A `Kernel` is one operation (`mm`, `gemv`) computed by a family of `Variant`s: the general
+pointer kernel, TMA, persistent, split-K, gemv. The variant is itself a searched parameter,
+and each variant reads only its own parameters (a conditional search space), so a config is
+`{"variant": "splitk", "pad": 0, "BLOCK_M": 64, ..., "SPLIT_K": 8}`. `pad` belongs to every
+variant: the kernel copies unaligned operands into aligned buffers first (kernels/padding.py).
+
+The tuner never touches a Triton kernel directly. It asks a `Kernel` for the parameters of
+each variant, checks a config with `feasible` before paying for a compile, compiles it with
+`compile` (in a worker process, on meta tensors) and runs it with `launch`. Adding a variant
+means adding one module that builds one `Variant` and listing it in kernels/__init__.py.
 """
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Mapping
 
 import torch
 
-Config = Mapping[str, int]
+from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
+from tuner.space import KERNEL_PARAMS
+
+Config = Mapping[str, "int | str"]
 SPECIALIZED_FIELDS = ("M", "N", "K", "stride_am", "stride_bk")
+# The parameters of a plain tile GEMM, which the tile variants share.
+TILE_PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
 
 _SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
-                "num_stages": "s", "num_warps": "w"}
+                "num_stages": "s", "num_warps": "w", "SPLIT_K": "SK", "ATOMIC": "atomic",
+                "WARP_SPECIALIZE": "ws", "EPILOGUE_SUBTILE": "subtile", "FLATTEN": "flat"}
 
 
 def specialization(key: Mapping[str, object]) -> str:
@@ -38,53 +51,135 @@ def specialization(key: Mapping[str, object]) -> str:
 
 
 def config_label(config: Config) -> str:
-    """A config in one short line for tables and logs: 'BM128 BN256 BK64 G8 s3 w8'."""
-    return " ".join(f"{_SHORT_NAMES.get(k, k)}{v}" for k, v in config.items())
+    """A config in one short line for tables and logs: 'tma BM128 BN256 BK64 G8 s3 w8 pad64'."""
+    parts = [str(config["variant"])] if "variant" in config else []
+    parts += [f"{_SHORT_NAMES.get(k, k)}{v}" for k, v in config.items()
+              if k not in KERNEL_PARAMS]
+    if config.get("pad"):
+        parts.append(f"pad{config['pad']}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One call, out = a @ b (+ bias), as every variant receives it.
+
+    a is M×K, b is K×N and out M×N, with any strides; a and b share one dtype, and out has
+    the output dtype (bf16 for fp8 inputs, else the input dtype). The tensors may be meta
+    tensors when only compiling. Accumulation is in fp32.
+    """
+    a: torch.Tensor
+    b: torch.Tensor
+    out: torch.Tensor
+    bias: torch.Tensor | None = None  # (N,), in out's dtype, added in the epilogue
+    # fp8 inputs only: one-element fp32 tensors, out = (scale_a * a) @ (scale_b * b).
+    scale_a: torch.Tensor | None = None
+    scale_b: torch.Tensor | None = None
+    allow_tf32: bool = False  # fp32 inputs: tf32 tensor cores instead of IEEE fp32
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        return self.a.shape[0], self.b.shape[1], self.a.shape[1]
+
+    def with_operands(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Gemm:
+        return replace(self, a=a, b=b, out=out)
+
+
+def start(jit_fn, grid, args: tuple, kwargs: dict, compile_only: bool) -> None:
+    """Launch a Triton kernel, or only compile exactly what that launch would run.
+
+    Compiling needs no data: shapes, strides and dtypes decide Triton's specialization (data
+    pointers of fresh allocations are 16-byte aligned, and a meta tensor's is 0). The binary
+    lands in Triton's on-disk cache, where a launch in another process finds it.
+    """
+    if compile_only:
+        jit_fn.warmup(*args, grid=grid, **kwargs)
+    else:
+        jit_fn[grid](*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of computing a `Gemm`: a Triton kernel (or two) and the code that launches it."""
+    name: str
+    # Tunable parameters, in search order: constexprs and the num_stages/num_warps options.
+    params: tuple[str, ...]
+    # launch(gemm, tunables, compile_only): run (or only compile) the variant; `tunables`
+    # holds exactly `params`.
+    launch: Callable[[Gemm, Mapping[str, int], bool], None] = field(repr=False)
+    # smem_bytes(tunables, itemsize): estimated shared memory one program needs.
+    smem_bytes: Callable[[Mapping[str, int], int], int] = field(repr=False)
+    # The file holding the Triton source; its hash identifies results measured with it.
+    source_path: Path = field(repr=False)
+    # unsupported(gemm, tunables): why this config of the variant cannot (or should not) run
+    # this call, e.g. TMA needs 16-byte aligned strides, or None.
+    unsupported: Callable[[Gemm, Mapping[str, int]], str | None] = field(
+        default=lambda gemm, tunables: None, repr=False)
 
 
 @dataclass(frozen=True)
 class Kernel:
+    """An operation and the variants the tuner chooses among for it."""
     name: str
-    # Tunable parameters, in the order they are searched and exported.
-    params: tuple[str, ...]
-    # The @triton.jit function.
-    jit_fn: object = field(repr=False)
-    # bind(a, b, out, config, allow_tf32) -> (grid, args, kwargs) for out = a @ b: a (M, K),
-    # b (K, N), out (M, N), any strides, one dtype (fp16, bf16 or fp32), fp32 accumulation.
-    bind: Callable[..., tuple] = field(repr=False)
-    # smem_bytes(config, itemsize): estimated shared memory one program needs.
-    smem_bytes: Callable[[Config, int], int] = field(repr=False)
-    # The file holding the Triton source; its hash identifies results measured with it.
-    source_path: Path = field(repr=False)
+    variants: tuple[Variant, ...]
+    # Source files every variant depends on (padding, shared launch helpers), for the hash.
+    shared_sources: tuple[Path, ...] = ()
 
-    def launch(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Config,
-               allow_tf32: bool = False) -> None:
-        """out = a @ b in place. Unchecked: the dispatcher validates shapes and dtypes."""
-        grid, args, kwargs = self.bind(a, b, out, config, allow_tf32)
-        self.jit_fn[grid](*args, **kwargs)
+    @cached_property
+    def variant(self) -> dict[str, Variant]:
+        return {v.name: v for v in self.variants}
 
-    def compile(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Config,
-                allow_tf32: bool = False) -> None:
-        """Compile exactly what `launch` would run, without running it.
+    @cached_property
+    def variant_params(self) -> dict[str, tuple[str, ...]]:
+        """Per variant, every parameter a config of it holds (variant and pad included)."""
+        return {v.name: (*KERNEL_PARAMS, *v.params) for v in self.variants}
 
-        The tensors may be meta tensors: only shapes, strides and dtypes decide Triton's
-        specialization (data pointers of fresh allocations are always 16-byte aligned, and a
-        meta tensor's is 0). The binary lands in Triton's on-disk cache, where a launch in
-        another process finds it.
-        """
-        grid, args, kwargs = self.bind(a, b, out, config, allow_tf32)
-        self.jit_fn.warmup(*args, grid=grid, **kwargs)
+    @cached_property
+    def params(self) -> tuple[str, ...]:
+        """Every parameter of any variant, in search order."""
+        return tuple(dict.fromkeys(p for ps in self.variant_params.values() for p in ps))
 
     @cached_property
     def source_hash(self) -> str:
-        return hashlib.sha256(self.source_path.read_bytes()).hexdigest()[:16]
+        """Identifies the code results were measured with: the contents (not the locations)
+        of every variant's source, the shared sources and this file."""
+        paths = {*(v.source_path for v in self.variants), *self.shared_sources, Path(__file__)}
+        digests = sorted(hashlib.sha256(p.read_bytes()).digest() for p in paths)
+        return hashlib.sha256(b"".join(digests)).hexdigest()[:16]
 
-    def feasible(self, config: Config, itemsize: int, smem_limit: int) -> str | None:
-        """None if the config may compile on this device, else the reason it cannot.
+    def launch(self, gemm: Gemm, config: Config, compile_only: bool = False) -> None:
+        """Compute gemm.out in place with one config. Unchecked: the dispatcher validates."""
+        variant = self.variant[config["variant"]]
+        tunables = {p: config[p] for p in variant.params}
+        if config["pad"]:
+            run_padded(variant, gemm, tunables, config["pad"], compile_only)
+        else:
+            variant.launch(gemm, tunables, compile_only)
 
-        Runs before compiling, so an obviously oversized config costs no compile time.
+    def compile(self, gemm: Gemm, config: Config) -> None:
+        """Compile exactly what `launch` would run (gemm may hold meta tensors)."""
+        self.launch(gemm, config, compile_only=True)
+
+    def smem_bytes(self, config: Config, itemsize: int) -> int:
+        variant = self.variant[config["variant"]]
+        return variant.smem_bytes({p: config[p] for p in variant.params}, itemsize)
+
+    def unsupported(self, config: Config, gemm: Gemm) -> str | None:
+        """Why this config's variant cannot compute this call (after padding), or None."""
+        if config["pad"]:
+            gemm = padded_operands(gemm, config["pad"], allocate=False)
+        variant = self.variant[config["variant"]]
+        return variant.unsupported(gemm, {p: config[p] for p in variant.params})
+
+    def feasible(self, config: Config, gemm: Gemm, smem_limit: int) -> str | None:
+        """None if the config may compile and run for this call, else the reason it cannot.
+
+        Runs before compiling, so an oversized config, a variant the operands do not suit, or
+        a pad that changes nothing costs no compile time. `gemm` may hold meta tensors.
         """
-        need = self.smem_bytes(config, itemsize)
+        need = self.smem_bytes(config, gemm.a.element_size())
         if need > smem_limit:
             return f"shared memory: needs ~{need} bytes, device limit {smem_limit}"
-        return None
+        if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
+            return f"pad {config['pad']}: the operands are already aligned to it"
+        return self.unsupported(config, gemm)

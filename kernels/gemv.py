@@ -1,28 +1,31 @@
-"""The matrix-vector product y = A @ x, the N == 1 case of the GEMM.
+"""The `gemv` variant: the matrix-vector product y = A @ x, for GEMMs with N == 1 or M == 1.
 
 With one output column a tensor-core tile would be almost all padding, and the work is bound
 by reading A once. So each program reduces BLOCK_M rows of A against x on the CUDA cores:
-multiply in fp32, sum over K.
+multiply in fp32, sum over K. A single-row GEMM (M == 1, decode) is the same product
+transposed: out^T = B^T @ a^T, with B^T read through its strides, never copied.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
-import torch
 import triton
 import triton.language as tl
 
-from tuner.kernels._launch import needs_int64
-from tuner.kernels.base import Config, Kernel
+from tuner.kernels._launch import epilogue_args, needs_int64
+from tuner.kernels.base import Gemm, Variant, start
 
 
 @triton.jit
 def _gemv_kernel(
     a_ptr, x_ptr, y_ptr, M, K,
     stride_am, stride_ak, stride_xk, stride_ym,
+    bias_ptr, stride_bias, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask needed
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # as in _epilogue.py, along y
 ):
     if INT64_OFFSETS:
         # Every offset below is index * stride, so wide strides make all of them int64.
@@ -53,37 +56,52 @@ def _gemv_kernel(
         x_ptrs += BLOCK_K * stride_xk
 
     out_rows = first_row + tl.arange(0, BLOCK_M)
+    if SCALED:
+        acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+    if HAS_BIAS:  # stride_bias 0: one bias for every row (N == 1)
+        acc += tl.load(bias_ptr + out_rows * stride_bias, mask=out_rows < M).to(tl.float32)
     tl.store(y_ptr + out_rows * stride_ym, acc.to(y_ptr.dtype.element_ty), mask=out_rows < M)
 
 
-def bind(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Config,
-         allow_tf32: bool) -> tuple:
-    """Grid, arguments and constexprs of out = a @ b for b of shape (K, 1).
-
-    allow_tf32 is accepted for the common signature and ignored: this kernel uses no tensor
-    cores, so fp32 is always multiplied in IEEE fp32.
-    """
-    M, K = a.shape
-    grid = (triton.cdiv(M, config["BLOCK_M"]),)
-    args = (a, b, out, M, K, *a.stride(), b.stride(0), out.stride(0))
-    return grid, args, dict(
-        EVEN_K=K % config["BLOCK_K"] == 0,
-        INT64_OFFSETS=needs_int64(a, b, out),
-        **config,  # BLOCK_M/K constexprs; num_stages and num_warps options
-    )
+def _as_gemv(gemm: Gemm):
+    """(A, x, y) with y = A @ x: the GEMM itself when N == 1, its transpose when M == 1."""
+    M, N, _ = gemm.mnk
+    if N == 1:
+        return gemm.a, gemm.b[:, 0], gemm.out[:, 0]
+    return gemm.b.t(), gemm.a[0, :], gemm.out[0, :]
 
 
-def smem_bytes(config: Config, itemsize: int) -> int:
+def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
+    a, x, y = _as_gemv(gemm)
+    (M, K) = a.shape
+    (bias, *scales), epilogue_flags = epilogue_args(gemm)
+    # The bias runs along N: one value for all of y when N == 1, one per element of y else.
+    stride_bias = 0 if gemm.bias is None or gemm.mnk[1] == 1 else bias.stride(0)
+    args = (a, x, y, M, K, *a.stride(), x.stride(0), y.stride(0), bias, stride_bias, *scales)
+    start(_gemv_kernel, (triton.cdiv(M, tunables["BLOCK_M"]),), args, dict(
+        EVEN_K=K % tunables["BLOCK_K"] == 0,
+        INT64_OFFSETS=needs_int64(a, x, y),
+        **epilogue_flags,
+        **tunables,  # BLOCK_M/K constexprs; num_stages and num_warps options
+    ), compile_only)
+
+
+def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
+    M, N, _ = gemm.mnk
+    return None if M == 1 or N == 1 else f"gemv needs M == 1 or N == 1, not {M}×{N}"
+
+
+def smem_bytes(tunables: Mapping[str, int], itemsize: int) -> int:
     """Shared memory if Triton pipelines the loads: num_stages buffered A tiles and x slices."""
-    tile_elements = config["BLOCK_M"] * config["BLOCK_K"] + config["BLOCK_K"]
-    return config["num_stages"] * tile_elements * itemsize
+    tile_elements = tunables["BLOCK_M"] * tunables["BLOCK_K"] + tunables["BLOCK_K"]
+    return tunables["num_stages"] * tile_elements * itemsize
 
 
-GEMV = Kernel(
+GEMV = Variant(
     name="gemv",
     params=("BLOCK_M", "BLOCK_K", "num_stages", "num_warps"),
-    jit_fn=_gemv_kernel,
-    bind=bind,
+    launch=launch,
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
+    unsupported=unsupported,
 )

@@ -9,8 +9,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from tuner.kernels.base import Kernel
-from tuner.kernels.matmul import smem_bytes
+from tuner.kernels._launch import tile_smem_bytes
+from tuner.kernels.base import Kernel, Variant, start
 
 
 @triton.jit
@@ -34,14 +34,14 @@ def _oob_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, s
     tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def _bind(a, b, out, config, allow_tf32):
-    (M, K), N = a.shape, b.shape[1]
-    grid = (triton.cdiv(M, config["BLOCK_M"]), triton.cdiv(N, config["BLOCK_N"]))
-    return grid, (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride()), dict(config)
+def _launch(gemm, tunables, compile_only):
+    a, b, out = gemm.a, gemm.b, gemm.out
+    M, N, K = gemm.mnk
+    grid = (triton.cdiv(M, tunables["BLOCK_M"]), triton.cdiv(N, tunables["BLOCK_N"]))
+    start(_oob_matmul, grid, (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride()),
+          dict(tunables), compile_only)
 
 
-KERNEL = Kernel(name="mm", params=("BLOCK_M", "BLOCK_N", "BLOCK_K", "OOB", "num_stages",
-                                   "num_warps"),
-                jit_fn=_oob_matmul, bind=_bind,
-                smem_bytes=smem_bytes,
-                source_path=Path(__file__))
+_OOB = Variant("oob", ("BLOCK_M", "BLOCK_N", "BLOCK_K", "OOB", "num_stages", "num_warps"),
+               launch=_launch, smem_bytes=tile_smem_bytes, source_path=Path(__file__))
+KERNEL = Kernel("mm", (_OOB,))

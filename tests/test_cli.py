@@ -8,9 +8,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.factories import H100, SMALL_SPACE
 from tuner import runtime
 from tuner.cli import main
-from tests.factories import H100, SMALL_SPACE
 
 ROOT = Path(__file__).resolve().parent.parent
 # --backend interpret must own triton's mode; on a GPU machine triton is already compiled-mode.

@@ -12,8 +12,8 @@ from tuner import runtime
 from tuner.backends import gpu_backend
 from tuner.cli import main
 from tuner.dtypes import DTYPES
-from tuner.execution import random_operands, relative_error
-from tuner.kernels import KERNELS
+from tuner.execution import random_gemm, random_operands, reference, relative_error
+from tuner.kernels import KERNELS, kernel_for
 from tuner.shapes import Shape
 
 pytestmark = pytest.mark.gpu
@@ -32,14 +32,64 @@ def test_gpu_fingerprint_describes_this_device():
                                    Shape(257, 1, 8191, "fp32", "tn"),
                                    Shape(1, 6144, 4096, "bf16", "nt"),
                                    Shape(333, 555, 777, "fp32", "tt")])
-def test_kernels_correct_at_scale(shape):
-    a, b = random_operands(shape, "cuda", seed=7)
-    ref = a.double() @ b.double()
-    kernel = KERNELS["gemv" if shape.N == 1 else "mm"]
-    config = runtime.DEFAULT_CONFIGS[kernel.name]
-    out = torch.full((shape.M, shape.N), float("nan"), dtype=a.dtype, device="cuda")
-    kernel.launch(a, b, out, config)
-    assert relative_error(out, ref) <= DTYPES[shape.dtype].tolerance
+def test_default_configs_correct_at_scale(shape):
+    gemm = random_gemm(shape, "cuda", seed=7)
+    gemm.out.fill_(float("nan"))
+    kernel = kernel_for(shape.M, shape.N)
+    kernel.launch(gemm, runtime.DEFAULT_CONFIGS[kernel.name])
+    assert relative_error(gemm.out, reference(gemm)) <= DTYPES[shape.dtype].tolerance
+
+
+# One config per variant, each run padded and unpadded where its operands allow.
+VARIANT_CONFIGS = {
+    "general": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                "num_stages": 3, "num_warps": 8},
+    "splitk": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 4, "ATOMIC": 1,
+               "num_stages": 3, "num_warps": 4},
+    "gemv": {"BLOCK_M": 64, "BLOCK_K": 128, "num_stages": 2, "num_warps": 4},
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("variant", sorted({v.name for k in KERNELS.values()
+                                            for v in k.variants}))
+def test_every_variant_in_every_layout_and_dtype_at_scale(variant, layout, dtype):
+    for mnk in ((1000, 3000, 2000), (509, 765, 1023), (1, 4096, 4096), (4096, 1, 2048)):
+        shape = Shape(*mnk, dtype, layout)
+        kernel = kernel_for(shape.M, shape.N)
+        if variant not in kernel.variant:
+            continue
+        tunables = VARIANT_CONFIGS.get(variant) or VARIANT_CONFIGS["general"] | \
+            {p: 0 for p in kernel.variant[variant].params if p not in VARIANT_CONFIGS["general"]}
+        gemm = random_gemm(shape, "cuda", seed=11)
+        for pad in (0, 64):
+            config = {"variant": variant, "pad": pad, **tunables}
+            if kernel.feasible(config, gemm, 232448):
+                continue
+            gemm.out.fill_(float("nan"))
+            kernel.launch(gemm, config)
+            error = relative_error(gemm.out, reference(gemm))
+            assert error <= DTYPES[dtype].tolerance, (shape, config, error)
+
+
+def test_torch_compile_fullgraph_mlp_with_tuner_linear():
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                              torch.nn.Linear(4096, 1024)).to("cuda", torch.bfloat16)
+
+    def forward(x):
+        h = torch.nn.functional.gelu(tuner.linear(x, mlp[0].weight, mlp[0].bias))
+        return tuner.linear(h, mlp[2].weight, mlp[2].bias)
+
+    compiled = torch.compile(forward, fullgraph=True)
+    x = torch.randn(8, 128, 1024, device="cuda", dtype=torch.bfloat16)
+    out = compiled(x)
+    first, second = (layer.weight.double() for layer in (mlp[0], mlp[2]))
+    hidden = torch.nn.functional.gelu(x.double() @ first.t() + mlp[0].bias.double())
+    assert relative_error(out, hidden @ second.t() + mlp[2].bias.double()) <= 2e-2
+    out.float().square().mean().backward()
+    assert mlp[0].weight.grad is not None and torch.isfinite(mlp[0].weight.grad).all()
 
 
 def test_gpu_run_export_then_matmul_uses_the_winner(tmp_path, monkeypatch):

@@ -1,10 +1,9 @@
 """Shapes CSV and search-space YAML: good files load, bad ones fail with file, line and field."""
 import pytest
 
+from tests.factories import VARIANTS
 from tuner.shapes import Shape, ShapesError, load_shapes
 from tuner.space import SpaceError, load_space, parse_space
-
-MM_PARAMS = {"mm": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")}
 
 
 def write(tmp_path, name, text):
@@ -60,6 +59,8 @@ def test_bad_header_and_missing_file(tmp_path):
 GOOD_SPACE = """
 kernel: mm
 params:
+  variant: [general]
+  pad: [0, 64]
   BLOCK_M: [32, 64]
   BLOCK_N: [32]
   BLOCK_K: [32]
@@ -71,12 +72,12 @@ strategy: {M: align32, N: log, K: default, stride_am: align32, stride_bk: align3
 
 
 def test_space_loads_and_hash_ignores_formatting(tmp_path):
-    a = load_space(write(tmp_path, "a.yaml", GOOD_SPACE), MM_PARAMS)
-    b = load_space(write(tmp_path, "b.yaml", "# comment\n" + GOOD_SPACE), MM_PARAMS)
-    assert a.params["BLOCK_M"] == (32, 64) and a.size == 4
+    a = load_space(write(tmp_path, "a.yaml", GOOD_SPACE), VARIANTS)
+    b = load_space(write(tmp_path, "b.yaml", "# comment\n" + GOOD_SPACE), VARIANTS)
+    assert a.params["BLOCK_M"] == (32, 64) and a.size == 8
     assert a.hash == b.hash
     c = load_space(write(tmp_path, "c.yaml", GOOD_SPACE.replace("[32, 64]", "[32, 128]")),
-                   MM_PARAMS)
+                   VARIANTS)
     assert c.hash != a.hash
 
 
@@ -85,7 +86,12 @@ def test_space_loads_and_hash_ignores_formatting(tmp_path):
     ("BLOCK_M: [32, 64]", "BLOCK_M: []", "params.BLOCK_M", "non-empty list of non-negative"),
     ("BLOCK_M: [32, 64]", "BLOCK_M: [32, -1]", "params.BLOCK_M", "non-negative integers"),
     ("  num_warps: [4]\n", "", "params.num_warps", "non-empty list"),
-    ("GROUP_M: [8]", "GROUP_M: [8]\n  SPLIT_K: [2]", "params.SPLIT_K", "a parameter of mm"),
+    ("GROUP_M: [8]", "GROUP_M: [8]\n  SPLIT_K: [2]", "params.SPLIT_K",
+     "a parameter of variants general"),
+    ("variant: [general]", "variant: [general, splitk]", "params.SPLIT_K", "non-empty list"),
+    ("variant: [general]", "variant: [gemv]", "params.variant", "list of general, splitk"),
+    ("variant: [general]", "variant: []", "params.variant", "non-empty list"),
+    ("  pad: [0, 64]\n", "", "params.pad", "non-empty list"),
     ("N: log", "N: align7", "strategy.N", "one of default, align32, log"),
     ("dtype: default", "dtype: log", "strategy.dtype", "one of default"),
     ("stride_bk: align32, ", "", "strategy.stride_bk", "one of"),
@@ -94,7 +100,7 @@ def test_bad_space_names_file_field_and_expectation(tmp_path, old, new, field, e
     assert old in GOOD_SPACE
     path = write(tmp_path, "bad.yaml", GOOD_SPACE.replace(old, new))
     with pytest.raises(SpaceError) as e:
-        load_space(path, MM_PARAMS)
+        load_space(path, VARIANTS)
     message = str(e.value)
     assert message.startswith(f"{path}: field '{field}': expected ") and expected in message
     assert "\n" not in message
@@ -102,6 +108,30 @@ def test_bad_space_names_file_field_and_expectation(tmp_path, old, new, field, e
 
 def test_space_that_is_not_yaml_or_not_a_mapping(tmp_path):
     with pytest.raises(SpaceError, match=r"bad.yaml:\d+: not valid YAML"):
-        load_space(write(tmp_path, "bad.yaml", "kernel: mm\nparams: [1,\n"), MM_PARAMS)
+        load_space(write(tmp_path, "bad.yaml", "kernel: mm\nparams: [1,\n"), VARIANTS)
     with pytest.raises(SpaceError, match="field '<top level>'"):
-        parse_space(["a"], "x.yaml", MM_PARAMS)
+        parse_space(["a"], "x.yaml", VARIANTS)
+
+
+class FixedTrial:
+    """Stands in for an Optuna trial: answers each suggestion with the first choice, or the
+    value named in `picks`, and records what was asked."""
+
+    def __init__(self, **picks):
+        self.picks, self.asked = picks, []
+
+    def suggest_categorical(self, name, choices):
+        self.asked.append(name)
+        return self.picks.get(name, choices[0])
+
+
+def test_conditional_space_draws_only_the_chosen_variants_parameters(tmp_path):
+    text = GOOD_SPACE.replace("variant: [general]", "variant: [general, splitk]").replace(
+        "GROUP_M: [8]", "GROUP_M: [8]\n  SPLIT_K: [2, 4, 8]")
+    space = load_space(write(tmp_path, "s.yaml", text), VARIANTS)
+    assert space.size == 8 + 8 * 3  # general: 2*2*2; splitk: the same times 3 SPLIT_K values
+    general = FixedTrial()
+    assert "SPLIT_K" not in space.suggest(general) and "SPLIT_K" not in general.asked
+    config = space.suggest(FixedTrial(variant="splitk", SPLIT_K=8))
+    assert config["variant"] == "splitk" and config["SPLIT_K"] == 8
+    assert list(config)[:2] == ["variant", "pad"]

@@ -1,4 +1,5 @@
-"""The mm and gemv kernels against a float64 torch reference, and their `Kernel` metadata.
+"""The general and gemv variants against a float64 torch reference, and the `Kernel` layer:
+variants, padding, feasibility, metadata.
 
 On a CPU-only machine the kernels run in Triton's interpreter (tests/conftest.py), which runs
 every program in Python: shapes stay under 100 per dimension and blocks at 16..64. Outputs
@@ -10,13 +11,16 @@ import pytest
 import torch
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution import random_operands, relative_error
-from tuner.kernels import KERNELS, gemv, kernel_for, matmul
+from tuner.execution import meta_gemm, random_gemm, reference, relative_error
+from tuner.kernels import KERNELS, gemv, general, kernel_for
 from tuner.kernels._launch import needs_int64
+from tuner.kernels.base import Gemm, config_label
 from tuner.kernels.gemv import GEMV
-from tuner.kernels.matmul import MM
+from tuner.kernels.general import GENERAL
+from tuner.kernels.workspace import Workspace
 from tuner.shapes import LAYOUTS, Shape
 
+MM = KERNELS["mm"]
 MM_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2,
              "num_warps": 4}
 GEMV_CONFIG = {"BLOCK_M": 16, "BLOCK_K": 32, "num_stages": 2, "num_warps": 4}
@@ -26,21 +30,21 @@ def param_id(values: tuple[int, ...]) -> str:
     return "-".join(map(str, values))
 
 
-def poisoned(rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
-    return torch.full((rows, cols), float("nan"), dtype=like.dtype, device=like.device)
+def poisoned(rows: int, cols: int, dtype: str, device) -> torch.Tensor:
+    """An output for `dtype` inputs, all NaN."""
+    return torch.full((rows, cols), float("nan"), dtype=DTYPES[dtype].out, device=device)
 
 
-def launch_error(kernel, a, b, config, out=None, **launch_kwargs) -> float:
-    """Relative Frobenius error of kernel's a @ b (into a NaN-poisoned out) against float64."""
-    if out is None:
-        out = poisoned(a.shape[0], b.shape[1], a)
-    assert kernel.launch(a, b, out, config, **launch_kwargs) is None
-    return relative_error(out, a.double() @ b.double())
+def launch_error(variant, gemm: Gemm, tunables) -> float:
+    """Relative Frobenius error of the variant's product (into a NaN-poisoned out)."""
+    gemm.out.fill_(float("nan"))
+    assert variant.launch(gemm, tunables, False) is None
+    return relative_error(gemm.out, reference(gemm))
 
 
-def shape_error(kernel, shape: Shape, config, device, **launch_kwargs) -> float:
-    a, b = random_operands(shape, device, seed=shape.M * 7919 + shape.N * 31 + shape.K)
-    return launch_error(kernel, a, b, config, **launch_kwargs)
+def shape_error(variant, shape: Shape, tunables, device, **gemm_fields) -> float:
+    gemm = random_gemm(shape, device, seed=shape.M * 7919 + shape.N * 31 + shape.K)
+    return launch_error(variant, dataclasses.replace(gemm, **gemm_fields), tunables)
 
 
 # (M, N, K): primes, ones in every position, K both a multiple of BLOCK_K (16) and not.
@@ -50,9 +54,9 @@ MM_SHAPES = [(37, 53, 71), (1, 40, 33), (45, 1, 20), (30, 29, 1), (64, 48, 64), 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mnk", MM_SHAPES, ids=param_id)
-def test_mm_matches_reference(mnk, layout, dtype, device):
+def test_general_matches_reference(mnk, layout, dtype, device):
     shape = Shape(*mnk, dtype, layout)
-    assert shape_error(MM, shape, MM_CONFIG, device) <= DTYPES[dtype].tolerance
+    assert shape_error(GENERAL, shape, MM_CONFIG, device) <= DTYPES[dtype].tolerance
 
 
 @pytest.mark.parametrize("config", [
@@ -64,52 +68,64 @@ def test_mm_matches_reference(mnk, layout, dtype, device):
     (64, 32, 64, 3, 2, 4),
 ], ids=param_id)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_mm_block_configs_and_tile_order(config, dtype, device):
+def test_general_block_configs_and_tile_order(config, dtype, device):
     shape = Shape(97, 83, 96, dtype, "nt")
-    assert shape_error(MM, shape, dict(zip(MM.params, config)), device) \
+    assert shape_error(GENERAL, shape, dict(zip(GENERAL.params, config)), device) \
         <= DTYPES[dtype].tolerance
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_mm_strided_views_in_and_out(dtype, device):
+def test_general_strided_views_in_and_out(dtype, device):
     """Row strides wider than the row (slices of padded storage) and a column-major out."""
     torch_dtype = DTYPES[dtype].torch
     a = torch.randn(41, 60, device=device).to(torch_dtype)[:, 3:38]  # (41, 35), row stride 60
     b = torch.randn(50, 70, device=device).to(torch_dtype)[5:40, :23]  # (35, 23), row stride 70
-    out = poisoned(23, 41, a).t()
-    assert launch_error(MM, a, b, MM_CONFIG, out=out) <= DTYPES[dtype].tolerance
+    out = poisoned(23, 41, dtype, device).t()
+    assert launch_error(GENERAL, Gemm(a, b, out), MM_CONFIG) <= DTYPES[dtype].tolerance
 
 
-def test_mm_int64_offsets_compute_the_same_product(monkeypatch, device):
+def test_general_int64_offsets_compute_the_same_product(monkeypatch, device):
     """Real int64-sized operands don't fit a test, so force the int64 path on small ones."""
-    monkeypatch.setattr(matmul, "needs_int64", lambda *tensors: True)
+    monkeypatch.setattr(general, "needs_int64", lambda *tensors: True)
     shape = Shape(37, 53, 71, "fp16", "tn")
-    assert shape_error(MM, shape, MM_CONFIG, device) <= DTYPES["fp16"].tolerance
+    assert shape_error(GENERAL, shape, MM_CONFIG, device) <= DTYPES["fp16"].tolerance
 
 
-def test_mm_tf32_opt_in_stays_within_tf32_tolerance(device):
+def test_general_tf32_opt_in_stays_within_tf32_tolerance(device):
     shape = Shape(48, 40, 96, "fp32", "nn")
-    assert shape_error(MM, shape, MM_CONFIG, device, allow_tf32=True) <= TF32_TOLERANCE
+    assert shape_error(GENERAL, shape, MM_CONFIG, device, allow_tf32=True) <= TF32_TOLERANCE
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_general_and_gemv_bias_and_fp8_scales_in_the_epilogue(layout, device):
+    for shape, variant, tunables in ((Shape(37, 53, 64, "fp8e4m3", layout), GENERAL, MM_CONFIG),
+                                     (Shape(1, 53, 64, "fp8e4m3", layout), GEMV, GEMV_CONFIG),
+                                     (Shape(45, 1, 40, "fp8e4m3", layout), GEMV, GEMV_CONFIG)):
+        bias = torch.randn(shape.N, device=device).to(torch.bfloat16)
+        assert shape_error(variant, shape, tunables, device) <= DTYPES["fp8e4m3"].tolerance
+        assert shape_error(variant, shape, tunables, device, bias=bias) \
+            <= DTYPES["fp8e4m3"].tolerance
 
 
 @pytest.mark.gpu
-def test_mm_fp32_is_ieee_unless_tf32_is_allowed():
+def test_general_fp32_is_ieee_unless_tf32_is_allowed():
     shape = Shape(256, 256, 1024, "fp32", "nn")
-    config = dict(zip(MM.params, (64, 64, 32, 4, 3, 4)))
-    assert shape_error(MM, shape, config, "cuda") < 1e-5 < \
-        shape_error(MM, shape, config, "cuda", allow_tf32=True)
+    config = dict(zip(GENERAL.params, (64, 64, 32, 4, 3, 4)))
+    assert shape_error(GENERAL, shape, config, "cuda") < 1e-5 < \
+        shape_error(GENERAL, shape, config, "cuda", allow_tf32=True)
 
 
-# (M, K): primes, ones, K both a multiple of BLOCK_K (32) and not.
-GEMV_SHAPES = [(37, 71), (1, 50), (45, 1), (1, 1), (64, 96), (97, 33)]
+# (M, N, K) with N == 1 or M == 1 (the transposed product): primes, ones, K both a multiple
+# of BLOCK_K (32) and not.
+GEMV_SHAPES = [(37, 1, 71), (1, 1, 50), (45, 1, 1), (64, 1, 96), (97, 1, 33), (1, 37, 71),
+               (1, 64, 96), (1, 45, 1)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("mk", GEMV_SHAPES, ids=param_id)
-def test_gemv_matches_reference(mk, layout, dtype, device):
-    M, K = mk
-    shape = Shape(M, 1, K, dtype, layout)
+@pytest.mark.parametrize("mnk", GEMV_SHAPES, ids=param_id)
+def test_gemv_matches_reference(mnk, layout, dtype, device):
+    shape = Shape(*mnk, dtype, layout)
     assert shape_error(GEMV, shape, GEMV_CONFIG, device) <= DTYPES[dtype].tolerance
 
 
@@ -130,9 +146,9 @@ def test_gemv_strided_views_in_and_out(dtype, device):
     torch_dtype = DTYPES[dtype].torch
     a = torch.randn(40, 80, device=device).to(torch_dtype)[:, :53]
     x = torch.randn(53, 3, device=device).to(torch_dtype)[:, 1:2]
-    out = poisoned(40, 2, a)[:, :1]
-    # allow_tf32 is part of the common launcher signature; gemv has nothing for it to change.
-    assert launch_error(GEMV, a, x, GEMV_CONFIG, out=out, allow_tf32=True) \
+    out = poisoned(40, 2, dtype, device)[:, :1]
+    # allow_tf32 is part of every call; gemv has no tensor cores for it to change.
+    assert launch_error(GEMV, Gemm(a, x, out, allow_tf32=True), GEMV_CONFIG) \
         <= DTYPES[dtype].tolerance
 
 
@@ -151,33 +167,97 @@ def test_needs_int64_when_an_offset_passes_int32():
     assert not needs_int64(torch.empty(4, 4, device="meta"), torch.empty(2, 2, device="meta"))
 
 
+def mm_config(variant="general", pad=0, **tunables):
+    return {"variant": variant, "pad": pad, **(tunables or MM_CONFIG)}
+
+
 def test_feasibility_rejects_configs_over_shared_memory():
-    too_big = dict(zip(MM.params, (256, 256, 256, 8, 5, 8)))
-    reason = MM.feasible(too_big, itemsize=2, smem_limit=232448)
+    gemm = meta_gemm(Shape(512, 512, 512, "bf16", "nn"))
+    too_big = mm_config(**dict(zip(GENERAL.params, (256, 256, 256, 8, 5, 8))))
+    reason = MM.feasible(too_big, gemm, smem_limit=232448)
     assert reason is not None and "shared memory" in reason
-    assert MM.feasible(dict(zip(MM.params, (64, 64, 32, 8, 2, 4))), 2, 232448) is None
+    assert MM.feasible(mm_config(**dict(zip(GENERAL.params, (64, 64, 32, 8, 2, 4)))), gemm,
+                       232448) is None
+
+
+def test_feasibility_rejects_a_pad_that_changes_nothing_and_a_variant_that_cannot_run():
+    aligned, ragged = (meta_gemm(Shape(m, 64, 64, "fp16", "nn")) for m in (64, 63))
+    assert "already aligned" in MM.feasible(mm_config(pad=16), aligned, 232448)
+    assert MM.feasible(mm_config(pad=16), ragged, 232448) is None
+    gemv_kernel = KERNELS["gemv"]
+    gemv_config = {"variant": "gemv", "pad": 0, **GEMV_CONFIG}
+    assert "M == 1 or N == 1" in gemv_kernel.feasible(gemv_config, ragged, 232448)
+    assert gemv_kernel.feasible(gemv_config, meta_gemm(Shape(1, 63, 64, "fp16", "nn")),
+                                232448) is None
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("pad", [8, 16, 64])
+def test_padded_runs_match_reference_and_reuse_clean_buffers(pad, layout, device, monkeypatch):
+    """Two shapes that pad to the same sizes, run alternately: each must keep zero K margins
+    (a shared buffer would carry one shape's K columns into the other's product)."""
+    monkeypatch.setattr("tuner.kernels.padding.WORKSPACE", Workspace(2**30))
+    bias = torch.randn(53, device=device).to(torch.float16)
+    for k in (71, 70, 71):
+        gemm = random_gemm(Shape(37, 53, k, "fp16", layout), device, seed=k)
+        for with_bias in (None, bias):
+            gemm = dataclasses.replace(gemm, bias=with_bias)
+            gemm.out.fill_(float("nan"))
+            MM.launch(gemm, mm_config(pad=pad))
+            assert relative_error(gemm.out, reference(gemm)) <= DTYPES["fp16"].tolerance
+
+
+def test_workspace_evicts_least_recently_used_buffers_past_its_bound():
+    space = Workspace(limit_bytes=3 * 4096)
+    first = space.get(("x", 1), (1024,), torch.float32, torch.device("cpu"))
+    space.get(("x", 2), (1024,), torch.float32, torch.device("cpu"))
+    assert space.get(("x", 1), (1024,), torch.float32, torch.device("cpu")) is first
+    space.get(("x", 3), (1024,), torch.float32, torch.device("cpu"))
+    space.get(("x", 4), (1024,), torch.float32, torch.device("cpu"))  # evicts ("x", 2)
+    assert space.bytes == 3 * 4096 and len(space.buffers) == 3
+    assert space.get(("x", 1), (1024,), torch.float32, torch.device("cpu")) is first
+    huge = space.get(("x", 5), (8192,), torch.float32, torch.device("cpu"))
+    assert huge.abs().sum() == 0 and len(space.buffers) == 3  # served, not cached
+
+
+def test_workspace_bound_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TUNE_WORKSPACE_MB", "2")
+    assert Workspace().limit_bytes == 2 * 2**20
+    monkeypatch.setenv("TUNE_WORKSPACE_MB", "lots")
+    with pytest.raises(ValueError, match="TUNE_WORKSPACE_MB='lots'"):
+        Workspace()
 
 
 def test_smem_estimates_match_the_formulas():
     # The mm figure Triton reported on an H200 for 128x256x128, 3 stages, bf16.
-    assert MM.smem_bytes(dict(zip(MM.params, (128, 256, 128, 8, 3, 8))), 2) == 294912
+    assert MM.smem_bytes(mm_config(**dict(zip(GENERAL.params, (128, 256, 128, 8, 3, 8)))),
+                         2) == 294912
     assert GEMV.smem_bytes(dict(zip(GEMV.params, (64, 128, 2, 4))), 4) == 2 * (64 * 128 + 128) * 4
 
 
-def test_kernel_registry_and_selection():
-    assert KERNELS == {"mm": MM, "gemv": GEMV}
-    assert MM.params == ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
-    assert GEMV.params == ("BLOCK_M", "BLOCK_K", "num_stages", "num_warps")
-    assert kernel_for(1) is GEMV
-    assert kernel_for(5) is MM
+def test_kernel_registry_variants_and_selection():
+    assert set(KERNELS) == {"mm", "gemv"}
+    assert MM.variant["general"] is GENERAL and KERNELS["gemv"].variant["gemv"] is GEMV
+    assert MM.variant_params["general"] == ("variant", "pad", "BLOCK_M", "BLOCK_N", "BLOCK_K",
+                                            "GROUP_M", "num_stages", "num_warps")
+    assert KERNELS["gemv"].variant_params["gemv"] == ("variant", "pad", "BLOCK_M", "BLOCK_K",
+                                                      "num_stages", "num_warps")
+    assert kernel_for(7, 1) is kernel_for(1, 7) is KERNELS["gemv"]
+    assert kernel_for(5, 5) is MM
 
 
-def test_source_hash_follows_the_kernel_file(tmp_path):
-    copy = tmp_path / "matmul.py"
-    copy.write_bytes(MM.source_path.read_bytes())
-    same = dataclasses.replace(MM, source_path=copy)
+def test_config_label_names_variant_tiles_and_pad():
+    assert config_label(mm_config(pad=64)) == "general BM16 BN32 BK16 G2 s2 w4 pad64"
+    assert config_label(mm_config()) == "general BM16 BN32 BK16 G2 s2 w4"
+
+
+def test_source_hash_follows_every_variant_file(tmp_path):
+    copy = tmp_path / "general.py"
+    copy.write_bytes(GENERAL.source_path.read_bytes())
+    same = dataclasses.replace(MM, variants=(dataclasses.replace(GENERAL, source_path=copy),))
     assert len(MM.source_hash) == 16 and int(MM.source_hash, 16) >= 0
-    assert same.source_hash == MM.source_hash
+    assert same.source_hash == dataclasses.replace(MM, variants=(GENERAL,)).source_hash
 
     copy.write_bytes(copy.read_bytes() + b"\n# edited\n")
-    assert dataclasses.replace(MM, source_path=copy).source_hash != MM.source_hash
+    edited = dataclasses.replace(MM, variants=(dataclasses.replace(GENERAL, source_path=copy),))
+    assert edited.source_hash != same.source_hash

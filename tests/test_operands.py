@@ -1,19 +1,24 @@
-"""Compiles happen on meta tensors; they must have the shapes, strides and dtype of the tensors
-that are then timed, or Triton would build a different specialization."""
+"""Compiles happen on meta tensors; they must have the shapes, strides and dtypes of the
+tensors that are then timed, or Triton would build a different specialization."""
 import pytest
 
-from tuner.execution import meta_operands, random_operands
+from tuner.dtypes import DTYPES
+from tuner.execution import meta_gemm, random_gemm
 from tuner.shapes import LAYOUTS, Shape
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
-def test_meta_operands_match_the_timed_operands(layout, dtype):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_meta_gemm_matches_the_timed_gemm(layout, dtype):
     shape = Shape(5, 7, 9, dtype, layout)
-    a, b = random_operands(shape, "cpu", seed=0)
-    meta_a, meta_b, meta_out = meta_operands(shape)
-    for real, meta in ((a, meta_a), (b, meta_b)):
-        assert (meta.shape, meta.stride(), meta.dtype) == (real.shape, real.stride(), real.dtype)
-        assert meta.device.type == "meta"
-    assert (a.stride(0), b.stride(0)) == (shape.stride_am, shape.stride_bk)
-    assert meta_out.shape == (5, 7) and meta_out.is_contiguous()
+    real, meta = random_gemm(shape, "cpu", seed=0), meta_gemm(shape)
+    for name in ("a", "b", "out", "scale_a", "scale_b"):
+        r, m = getattr(real, name), getattr(meta, name)
+        if r is None:
+            assert m is None and not DTYPES[dtype].scaled
+            continue
+        assert (m.shape, m.stride(), m.dtype) == (r.shape, r.stride(), r.dtype), name
+        assert m.device.type == "meta"
+    assert (real.a.stride(0), real.b.stride(0)) == (shape.stride_am, shape.stride_bk)
+    assert real.out.shape == (5, 7) and real.out.is_contiguous()
+    assert real.out.dtype == DTYPES[dtype].out

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="interpreter CLI tests run on CPU-only machines")
 SPACE = """kernel: mm
-params: {BLOCK_M: [16, 32, 64], BLOCK_N: [16, 32, 64], BLOCK_K: [32, 64], GROUP_M: [1, 4],
+params: {variant: [general], pad: [0], BLOCK_M: [16, 32, 64], BLOCK_N: [16, 32, 64],
+         BLOCK_K: [32, 64], GROUP_M: [1, 4],
          num_stages: [2], num_warps: [2, 4]}
 strategy: {M: align32, N: align32, K: align32, stride_am: align32, stride_bk: align32,
            dtype: default}

@@ -3,6 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.factories import H100, VARIANTS
 from tuner.db.session import optuna_storage, session_factory
 from tuner.db.store import Store
 from tuner.execution import TrialResult
@@ -11,14 +12,14 @@ from tuner.search import StudyBudget, StudyRunner
 from tuner.shapes import Shape
 from tuner.space import parse_space
 from tuner.timing import Timing
-from tests.factories import H100, PARAMS
 
 SPACE = parse_space({
     "kernel": "mm",
-    "params": {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [32, 64],
-               "GROUP_M": [8], "num_stages": [2, 3], "num_warps": [4]},
+    "params": {"variant": ["general"], "pad": [0], "BLOCK_M": [32, 64, 128],
+               "BLOCK_N": [64, 128], "BLOCK_K": [32, 64], "GROUP_M": [8], "num_stages": [2, 3],
+               "num_warps": [4]},
     "strategy": {"M": "default", "N": "default", "K": "default", "stride_am": "default",
-                 "stride_bk": "default", "dtype": "default"}}, "test", PARAMS)
+                 "stride_bk": "default", "dtype": "default"}}, "test", VARIANTS)
 SHAPE = Shape(256, 256, 256, "fp16", "nn")
 
 
@@ -56,14 +57,14 @@ def world(tmp_path):
     url = f"sqlite:///{tmp_path / 'tune.db'}"
     store = Store(session_factory(url))
     device = store.device(H100)
-    kernel_row, space_row = store.kernel("mm", "abc"), store.space(SPACE)
+    kernel_row = store.kernel("mm", "abc")
     run = store.start_run(device, "gpu", ["tune"])
 
-    def runner(executor, trials, timeout=None, retune=False):
-        record = store.open_study(device, kernel_row, space_row, SHAPE.key(), SHAPE, seed=3,
-                                  retune=retune)
+    def runner(executor, trials, timeout=None, retune=False, space=SPACE):
+        record = store.open_study(device, kernel_row, store.space(space), SHAPE.key(), SHAPE,
+                                  seed=3, retune=retune)
         return StudyRunner(store, optuna_storage(url), executor, 0, run, device, kernel_row,
-                           record, KERNELS["mm"], SPACE, SHAPE, 232448,
+                           record, KERNELS["mm"], space, SHAPE, 232448,
                            StudyBudget(trials, timeout, 3, batch=4), lambda *a: None), record
     return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row)
 
@@ -116,3 +117,27 @@ def test_timeout_stops_the_study(world):
     executor = ScriptedExecutor()
     assert world.runner(executor, trials=30, timeout=1e-9)[0].run().best is None
     assert executor.compiled == []
+
+
+def test_conditional_space_and_infeasible_configs_cost_no_budget(world):
+    """Two variants; pad 64 changes nothing on 256³ and SPLIT_K 32 leaves splits empty, so
+    those are stored as infeasible before compiling, and 10 trials still means 10 measured."""
+    space = parse_space({
+        "kernel": "mm",
+        "params": {"variant": ["general", "splitk"], "pad": [0, 64], "BLOCK_M": [32, 64],
+                   "BLOCK_N": [64, 128], "BLOCK_K": [32, 64], "GROUP_M": [8],
+                   "num_stages": [2], "num_warps": [4], "SPLIT_K": [2, 32], "ATOMIC": [0, 1]},
+        "strategy": SPACE.strategy}, "test", {"mm": KERNELS["mm"].variant_params})
+    executor = ScriptedExecutor()
+    runner, record = world.runner(executor, trials=10, space=space)
+    runner.run()
+    trials = world.store.trials_of(record)
+    infeasible = [t for t in trials if t.status == "infeasible"]
+    assert len(trials) - len(infeasible) == 10 == len(executor.compiled)
+    assert infeasible and all("already aligned" in t.reason or "no work" in t.reason
+                              for t in infeasible)
+    assert all(c["pad"] == 0 for c in executor.compiled)
+    variants = {c["variant"] for c in executor.compiled}
+    assert variants == {"general", "splitk"}
+    for c in executor.compiled:
+        assert ("SPLIT_K" in c) == (c["variant"] == "splitk")

@@ -6,29 +6,37 @@ import warnings
 import pytest
 import yaml
 
+from tests.factories import H100, VARIANTS
 from tuner import runtime
 from tuner.backends import DeviceInfo
 from tuner.bucketing import bucket_key
 from tuner.db.session import DatabaseError, session_factory
 from tuner.db.store import Store
 from tuner.execution import TrialResult
-from tuner.export import (EXPAND_OP_NAMES, ExportError, current_only, expand_document,
-                          select_device, table_document, write_atomic)
+from tuner.export import (
+    EXPAND_OP_NAMES,
+    ExportError,
+    current_only,
+    expand_document,
+    select_device,
+    table_document,
+    write_atomic,
+)
 from tuner.shapes import Shape
 from tuner.space import parse_space
-from tests.factories import H100, PARAMS
 
 SPACE = parse_space({
     "kernel": "mm",
-    "params": {"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [32, 64],
-               "GROUP_M": [8], "num_stages": [2, 3], "num_warps": [4, 8]},
+    "params": {"variant": ["general", "splitk"], "pad": [0], "BLOCK_M": [32, 64, 128],
+               "BLOCK_N": [64, 128], "BLOCK_K": [32, 64], "GROUP_M": [8], "num_stages": [2, 3],
+               "num_warps": [4, 8], "SPLIT_K": [4, 8]},
     "strategy": {"M": "align32", "N": "align32", "K": "align32", "stride_am": "align32",
-                 "stride_bk": "align32", "dtype": "default"}}, "test", PARAMS)
+                 "stride_bk": "align32", "dtype": "default"}}, "test", VARIANTS)
 
 
-def config(bm, bn, bk, stages=3, warps=8):
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_stages": stages,
-            "num_warps": warps}
+def config(bm, bn, bk, stages=3, warps=8, variant="general", pad=0, **extra):
+    return {"variant": variant, "pad": pad, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
+            "GROUP_M": 8, "num_stages": stages, "num_warps": warps, **extra}
 
 
 def tune_fake(store, info, shape, results, kernel_hash="abc"):
@@ -60,6 +68,7 @@ def ok(ms, tflops):
 
 SQUARE = Shape(4096, 4096, 4096, "bf16", "nn")
 DECODE = Shape(1, 6144, 4096, "bf16", "nt")
+SMALL_M = Shape(16, 4096, 4096, "bf16", "nn")
 
 
 def test_trials_and_winner_round_trip(store):
@@ -114,17 +123,23 @@ def test_bad_database_urls_are_one_line_errors(tmp_path):
 def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monkeypatch):
     tune_fake(store, H100, SQUARE, [(config(128, 256, 64), ok(0.19, 720.0)),
                                     (config(64, 64, 32), ok(0.4, 345.0))])
-    tune_fake(store, H100, DECODE, [(config(32, 64, 128, 4, 4), ok(0.02, 25.0))])
+    tune_fake(store, H100, DECODE, [(config(32, 64, 128, 4, 4, pad=64), ok(0.02, 25.0))])
+    tune_fake(store, H100, SMALL_M, [(config(16, 64, 64, 4, 4, "splitk", SPLIT_K=8),
+                                      ok(0.01, 30.0))])
     device, winners = select_device(store.winners(), None)
 
-    expand = expand_document(winners, PARAMS)
-    space, strategy = expand[EXPAND_OP_NAMES["mm"]]
+    expand = expand_document(winners)
+    assert set(expand) == {"mm_general_tma", "mm_splitk"}
+    space, strategy = expand[EXPAND_OP_NAMES["general"]]
     assert space["config"] is None
     assert space["param_map"] == {"META": {"BLOCK_M": "block_m", "BLOCK_N": "block_n",
                                            "BLOCK_K": "block_k", "GROUP_M": "group_m"},
                                   "num_stages": "stages", "num_warps": "warps"}
     assert space["block_m"] == [32, 128] and space["stages"] == [3, 4] and space["warps"] == [4, 8]
     assert strategy == {"strategy": SPACE.strategy}
+    splitk, _ = expand["mm_splitk"]
+    assert splitk["param_map"]["META"]["SPLIT_K"] == "split_k" and splitk["split_k"] == [8]
+    assert "pad" not in space and "variant" not in space  # FlagGems has neither
 
     path = tmp_path / "out" / "tuned.yaml"
     write_atomic(path, table_document(device, winners))
@@ -132,6 +147,7 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
     assert doc["device"]["name"] == H100.name and doc["device"]["triton"] == "3.6"
     (entry,) = [e for e in doc["ops"]["mm"]["entries"] if e["tuned_shape"].startswith("4096")]
     assert entry["cublas_ms"] == 0.2 and entry["tflops"] == 720.0
+    assert entry["config"]["variant"] == "general" and entry["config"]["pad"] == 0
     assert list(tmp_path.joinpath("out").iterdir()) == [path]  # no temp file left
 
     runtime.clear_cache()
@@ -143,7 +159,7 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
     assert runtime.get_tuned_config("mm", M=4090, N=4096, K=4096, dtype="bf16",
                                     stride_am=4096, stride_bk=4096) is got
     assert dict(runtime.get_tuned_config("mm", M=1, N=6144, K=4096, dtype="bf16", stride_am=4096,
-                                         stride_bk=1)) == config(32, 64, 128, 4, 4)
+                                         stride_bk=1)) == config(32, 64, 128, 4, 4, pad=64)
 
 
 def test_runtime_miss_warns_once_per_key(tmp_path):
@@ -164,7 +180,7 @@ def test_runtime_rejects_a_file_that_is_not_a_table(tmp_path):
     runtime.clear_cache()
     path = tmp_path / "expand.yaml"
     path.write_text("mm_general_tma: []\n")
-    with pytest.raises(ValueError, match="not a 'gemm-tuner-table/1' file"):
+    with pytest.raises(ValueError, match=f"not a '{runtime.TABLE_FORMAT}' file"):
         runtime.get_tuned_config("mm", M=1, N=2, K=3, dtype="fp16", stride_am=3, stride_bk=2,
                                  path=path)
 

@@ -127,7 +127,9 @@ def test_triton_kernel_is_capturable():
     from tuner.kernels import KERNELS
     from tuner.runtime import DEFAULT_CONFIGS
     a, b, out = bf16_randn(64, 64), bf16_randn(64, 64), bf16_randn(64, 64)
-    t = time_gpu(lambda i: KERNELS["mm"].launch(a, b, out, DEFAULT_CONFIGS["mm"]), n_sets=1)
+    from tuner.kernels.base import Gemm
+    gemm = Gemm(a, b, out)
+    t = time_gpu(lambda i: KERNELS["mm"].launch(gemm, DEFAULT_CONFIGS["mm"]), n_sets=1)
     assert "graph" in t.method
     torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
 

@@ -1,13 +1,13 @@
 """gemm-tuner: autotunes Triton GEMM kernels and remembers what it learns.
 
-`tuner.matmul` launches the tuned config for each call. It is imported lazily, so that
-`import tuner` (and the CLI) stays light and does not import triton before the CLI has
-decided whether Triton's interpreter is wanted.
+`tuner.matmul` and `tuner.linear` launch the tuned config for each call. They are imported
+lazily, so that `import tuner` (and the CLI) stays light and does not import triton before
+the CLI has decided whether Triton's interpreter is wanted.
 """
 
 
 def __getattr__(name):
-    if name == "matmul":
-        from tuner.dispatch import matmul
-        return matmul
+    if name in ("matmul", "linear"):
+        from tuner import dispatch
+        return getattr(dispatch, name)
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")

@@ -7,7 +7,7 @@ This module imports nothing heavy: the runtime lookup depends on it.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 KEY_FIELDS: tuple[str, ...] = ("M", "N", "K", "stride_am", "stride_bk", "dtype")
 

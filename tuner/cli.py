@@ -110,9 +110,10 @@ def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backe
     from tuner.search import StudyBudget
     from tuner.space import builtin_spaces, load_space
 
-    kernel_params = {name: k.params for name, k in KERNELS.items()}
-    own = {space.kernel: space for space in (load_space(p, kernel_params) for p in space_paths)}
-    spaces = builtin_spaces(kernel_params, skip=frozenset(own)) | own
+    kernel_variants = {name: k.variant_params for name, k in KERNELS.items()}
+    own = {space.kernel: space for space in (load_space(p, kernel_variants)
+                                             for p in space_paths)}
+    spaces = builtin_spaces(kernel_variants, skip=frozenset(own)) | own
     plans = plan_studies(shapes, spaces, kernel_for)
     url = resolve_url(db_url)
     store = Store(session_factory(url))
@@ -164,11 +165,10 @@ def _winners(db_url, device_selector):
 def export(fmt, output, db_url, device_selector):
     """Write the winners of one device as YAML for deployments."""
     from tuner.export import expand_document, table_document, write_atomic
-    from tuner.kernels import KERNELS
 
     device, winners = _winners(db_url, device_selector)
     if fmt == "expand":
-        doc = expand_document(winners, {n: k.params for n, k in KERNELS.items()})
+        doc = expand_document(winners)
     else:
         doc = table_document(device, winners)
     write_atomic(output, doc)

@@ -1,44 +1,224 @@
-"""`tuner.matmul`: a GEMM that launches the tuned Triton config for its shape.
+"""`tuner.matmul` and `tuner.linear`: GEMMs that launch the tuned Triton config for their shape.
 
-The config comes from `tuner.runtime.get_tuned_config` (the table in $TUNE_CONFIG); N == 1
-goes to the gemv kernel, everything else to the general mm kernel.
+The config comes from `tuner.runtime.get_tuned_config` (the table in $TUNE_CONFIG); a single
+row or column (M == 1 or N == 1) goes to the gemv kernel's table, everything else to mm's.
+A tuned config whose variant cannot run this very call (a bucket-mate with unaligned strides
+given a TMA config) falls back to the kernel's default config, with one warning per key.
+
+Both are torch operators (`torch.ops.tuner.mm`, `tuner.mm_out`, `tuner.linear`) with fake
+implementations, so `torch.compile(fullgraph=True)` traces through them, and with autograd
+formulas whose backward GEMMs go through the same dispatcher. Eager calls that need no
+autograd skip the operator machinery and launch directly: host time decides decode shapes.
 """
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
+
 import torch
 
-from tuner.dtypes import NAME_OF_TORCH_DTYPE
+from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for
-from tuner.runtime import get_tuned_config
+from tuner.kernels.base import Gemm, Kernel
+from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
 
-def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
-           allow_tf32: bool = False) -> torch.Tensor:
-    """a @ b for 2-D a (M×K) and b (K×N) of one dtype (fp16, bf16, fp32), any strides.
+# Per call key: the kernel and the config to launch, decided once.
+_PLANS: dict[tuple, tuple[Kernel, Mapping]] = {}
 
-    fp32 inputs are multiplied in IEEE fp32 unless allow_tf32. `out`, if given, must be M×N
-    of the same dtype and device.
-    """
+
+def _plan(gemm: Gemm, dtype: str, raw: tuple) -> tuple[Kernel, Mapping]:
+    M, N, K = gemm.mnk
+    kernel = kernel_for(M, N)
+    config = get_tuned_config(kernel.name, M=M, N=N, K=K, dtype=dtype,
+                              stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
+    if reason := kernel.unsupported(config, gemm):
+        warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(config)} cannot run "
+                      f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
+                      f"({reason}); using the default", RuntimeWarning, stacklevel=4)
+        config = DEFAULT_CONFIGS[kernel.name]
+    _PLANS[raw] = plan = (kernel, config)
+    return plan
+
+
+def plan(gemm: Gemm) -> tuple[Kernel, Mapping]:
+    """The kernel and config the dispatcher launches for this call (M, N, K >= 1)."""
+    M, N, K = gemm.mnk
+    dtype = NAME_OF_TORCH_DTYPE[gemm.a.dtype]
+    # Pointer alignment is part of the key: TMA needs 16-byte aligned bases.
+    aligned = (gemm.a.data_ptr() | gemm.b.data_ptr() | gemm.out.data_ptr()) % 16 == 0
+    raw = (M, N, K, gemm.a.stride(), gemm.b.stride(), gemm.out.stride(), dtype, aligned)
+    return _PLANS.get(raw) or _plan(gemm, dtype, raw)
+
+
+def _compute(gemm: Gemm) -> None:
+    """gemm.out = a @ b (scaled, plus bias) with the tuned config; shapes already checked."""
+    M, N, K = gemm.mnk
+    if M == 0 or N == 0:
+        return
+    if K == 0:
+        gemm.out.copy_(torch.zeros_like(gemm.out) if gemm.bias is None
+                       else gemm.bias.expand_as(gemm.out))
+        return
+    kernel, config = plan(gemm)
+    kernel.launch(gemm, config)
+
+
+# -- validation -------------------------------------------------------------------------------
+def _check_inputs(name: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b) -> torch.dtype:
+    """The output dtype of a @ b, after checking what the kernels accept; errors name `name`."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
+        raise ValueError(f"{name}: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
-    dtype = NAME_OF_TORCH_DTYPE.get(a.dtype)
+    dtype = DTYPES.get(NAME_OF_TORCH_DTYPE.get(a.dtype, ""))
     if dtype is None or b.dtype != a.dtype:
-        raise TypeError(f"matmul: a and b must share one of fp16, bf16, fp32; got {a.dtype} "
+        raise TypeError(f"{name}: a and b must share one of {', '.join(DTYPES)}; got {a.dtype} "
                         f"and {b.dtype}")
     if a.device != b.device:
-        raise ValueError(f"matmul: a is on {a.device}, b on {b.device}")
-    (M, K), N = a.shape, b.shape[1]
-    if out is None:
-        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    elif out.shape != (M, N) or out.dtype != a.dtype or out.device != a.device:
-        raise ValueError(f"matmul: out must be {M}×{N} {a.dtype} on {a.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
-    if M == 0 or N == 0:
-        return out
-    if K == 0:
-        return out.zero_()
-    kernel = kernel_for(N)
-    config = get_tuned_config(kernel.name, M=M, N=N, K=K, dtype=dtype,
-                              stride_am=a.stride(0), stride_bk=b.stride(0))
-    kernel.launch(a, b, out, config, allow_tf32=allow_tf32)
+        raise ValueError(f"{name}: a is on {a.device}, b on {b.device}")
+    if dtype.scaled != (scale_a is not None and scale_b is not None):
+        raise ValueError(f"{name}: {dtype.name} inputs " + (
+            "need scale_a and scale_b (one-element fp32 tensors)" if dtype.scaled
+            else "take no scale_a/scale_b"))
+    if dtype.scaled:
+        for label, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if scale.numel() != 1 or scale.dtype != torch.float32 or scale.device != a.device:
+                raise ValueError(f"{name}: {label} must be a one-element fp32 tensor on "
+                                 f"{a.device}, got {tuple(scale.shape)} {scale.dtype} on "
+                                 f"{scale.device}")
+    return dtype.out
+
+
+def _new_out(a: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty((a.shape[0], n), dtype=dtype, device=a.device)
+
+
+# -- the torch operators ----------------------------------------------------------------------
+def _matmul_new(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None,
+                scale_b: torch.Tensor | None, allow_tf32: bool) -> torch.Tensor:
+    out = _new_out(a, b.shape[1], DTYPES[NAME_OF_TORCH_DTYPE[a.dtype]].out)
+    _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
     return out
+
+
+_mm = torch.library.custom_op("tuner::mm", _matmul_new, mutates_args=())
+
+
+@_mm.register_fake
+def _(a, b, scale_a, scale_b, allow_tf32):
+    return _new_out(a, b.shape[1], DTYPES[NAME_OF_TORCH_DTYPE[a.dtype]].out)
+
+
+def _mm_setup(ctx, inputs, output):
+    a, b, scale_a, _, ctx.allow_tf32 = inputs
+    ctx.scaled = scale_a is not None
+    ctx.save_for_backward(a, b)
+
+
+def _mm_backward(ctx, grad):
+    """d(a @ b): grad @ b^T and a^T @ grad, both through the dispatcher (native layouts)."""
+    if ctx.scaled:
+        raise RuntimeError("tuner.matmul: fp8 inputs have no backward")
+    a, b = ctx.saved_tensors
+    grad_a = _mm(grad, b.t(), None, None, ctx.allow_tf32) if ctx.needs_input_grad[0] else None
+    grad_b = _mm(a.t(), grad, None, None, ctx.allow_tf32) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b, None, None, None
+
+
+_mm.register_autograd(_mm_backward, setup_context=_mm_setup)
+
+
+@torch.library.custom_op("tuner::mm_out", mutates_args=("out",))
+def _mm_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
+            scale_a: torch.Tensor | None, scale_b: torch.Tensor | None,
+            allow_tf32: bool) -> None:
+    _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
+
+
+def _linear_new(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                allow_tf32: bool) -> torch.Tensor:
+    x2 = x.reshape(-1, x.shape[-1])
+    out = _new_out(x2, weight.shape[0], x.dtype)
+    _compute(Gemm(x2, weight.t(), out, bias, allow_tf32=allow_tf32))
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+_linear = torch.library.custom_op("tuner::linear", _linear_new, mutates_args=())
+
+
+@_linear.register_fake
+def _(x, weight, bias, allow_tf32):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_setup(ctx, inputs, output):
+    x, weight, bias, ctx.allow_tf32 = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight)
+
+
+def _linear_backward(ctx, grad):
+    """d(x @ W^T + bias): grad @ W, grad^T @ x and the column sums of grad."""
+    x, weight = ctx.saved_tensors
+    grad2 = grad.reshape(-1, grad.shape[-1])
+    grad_x = grad_w = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        grad_x = _mm(grad2, weight, None, None, ctx.allow_tf32).view(x.shape)
+    if ctx.needs_input_grad[1]:
+        grad_w = _mm(grad2.t(), x.reshape(-1, x.shape[-1]), None, None, ctx.allow_tf32)
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_bias = grad2.sum(0)
+    return grad_x, grad_w, grad_bias, None
+
+
+_linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+
+
+# -- the public functions ---------------------------------------------------------------------
+def _direct(*tensors: torch.Tensor) -> bool:
+    """True when the operator machinery adds nothing: eager, and no gradient to record."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
+           scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
+           allow_tf32: bool = False) -> torch.Tensor:
+    """a @ b for 2-D a (M×K) and b (K×N) of one dtype (fp16, bf16, fp32, fp8e4m3), any strides.
+
+    fp32 inputs are multiplied in IEEE fp32 unless allow_tf32. fp8 (torch.float8_e4m3fn)
+    inputs need per-tensor scales and give bf16: (scale_a * a) @ (scale_b * b). `out`, if
+    given, must be M×N of the output dtype on the same device (no autograd then, as in torch).
+    """
+    out_dtype = _check_inputs("matmul", a, b, scale_a, scale_b)
+    M, N = a.shape[0], b.shape[1]
+    if out is None:
+        new = _matmul_new if _direct(a, b) else _mm
+        return new(a, b, scale_a, scale_b, allow_tf32)
+    if out.shape != (M, N) or out.dtype != out_dtype or out.device != a.device:
+        raise ValueError(f"matmul: out must be {M}×{N} {out_dtype} on {a.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    if _direct(a, b, out):
+        _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
+    else:
+        _mm_out(a, b, out, scale_a, scale_b, allow_tf32)
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           allow_tf32: bool = False) -> torch.Tensor:
+    """x @ weight^T + bias, as torch.nn.functional.linear: x (..., K), weight (N×K), bias (N,).
+
+    The weight is read in place through its transposed strides (no copy), and the bias is
+    added in the kernel's epilogue.
+    """
+    if x.dim() < 1 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"linear: expected x (..., K) and weight (N×K), got {tuple(x.shape)} "
+                         f"and {tuple(weight.shape)}")
+    _check_inputs("linear", x.reshape(-1, x.shape[-1]), weight.t(), None, None)
+    if bias is not None and (bias.shape != (weight.shape[0],) or bias.dtype != x.dtype
+                             or bias.device != x.device):
+        raise ValueError(f"linear: bias must be ({weight.shape[0]},) {x.dtype} on {x.device}, "
+                         f"got {tuple(bias.shape)} {bias.dtype} on {bias.device}")
+    new = _linear_new if _direct(x, weight, *(() if bias is None else (bias,))) else _linear
+    return new(x, weight, bias, allow_tf32)

@@ -17,6 +17,7 @@ import torch
 from tuner.backends import Backend, backend_in_worker
 from tuner.dtypes import DTYPES
 from tuner.kernels import KERNELS
+from tuner.kernels.base import Gemm
 from tuner.shapes import Shape
 from tuner.timing import Timing, retime_interleaved
 from tuner.workers import is_sticky_cuda_error, one_line
@@ -70,14 +71,40 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (diff / torch.linalg.vector_norm(ref).clamp_min(1e-300)).item()
 
 
-def meta_operands(shape: Shape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A, B, out as meta tensors (shapes, strides, dtype; no data): what a compile needs."""
-    dtype = DTYPES[shape.dtype].torch
+def _scales(shape: Shape, allocate) -> dict:
+    """scale_a and scale_b for an fp8 shape (none otherwise), from allocate(value)."""
+    if not DTYPES[shape.dtype].scaled:
+        return {}
+    return dict(scale_a=allocate(0.75), scale_b=allocate(1.5))
 
-    def allocate(dims):
-        return torch.empty(dims, dtype=dtype, device="meta")
 
-    return (*_laid_out(shape, allocate), allocate((shape.M, shape.N)))
+def random_gemm(shape: Shape, device: str, seed: int) -> Gemm:
+    """A GEMM of the shape on fresh random operands, with an uninitialised output (and fixed
+    scales for fp8, where random inputs already exercise every code path)."""
+    a, b = random_operands(shape, device, seed)
+    out = torch.empty((shape.M, shape.N), dtype=DTYPES[shape.dtype].out, device=device)
+    return Gemm(a, b, out, **_scales(shape, lambda v: torch.tensor([v], device=device)))
+
+
+def reference(gemm: Gemm) -> torch.Tensor:
+    """The exact product of the input values, in float64 (scales and bias included)."""
+    a, b = gemm.a.double(), gemm.b.double()
+    if gemm.scale_a is not None:
+        a, b = a * gemm.scale_a.double(), b * gemm.scale_b.double()
+    ref = a @ b
+    return ref if gemm.bias is None else ref + gemm.bias.double()
+
+
+def meta_gemm(shape: Shape) -> Gemm:
+    """The shape's GEMM on meta tensors (shapes, strides, dtype; no data): what a compile and
+    a feasibility check need."""
+    dtype = DTYPES[shape.dtype]
+
+    def allocate(dims, like=dtype.torch):
+        return torch.empty(dims, dtype=like, device="meta")
+
+    return Gemm(*_laid_out(shape, allocate), allocate((shape.M, shape.N), dtype.out),
+                **_scales(shape, lambda v: allocate((1,), torch.float32)))
 
 
 class ShapeBench:
@@ -86,42 +113,47 @@ class ShapeBench:
     def __init__(self, backend: Backend, shape: Shape, seed: int):
         self.backend, self.shape = backend, shape
         device = backend.torch_device
-        itemsize = DTYPES[shape.dtype].torch.itemsize
-        set_bytes = (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N) * itemsize
+        dtype = DTYPES[shape.dtype]
+        set_bytes = ((shape.M * shape.K + shape.K * shape.N) * dtype.torch.itemsize
+                     + shape.M * shape.N * dtype.out.itemsize)
         n_sets = (min(MAX_INPUT_SETS, max(1, math.ceil(ROTATION_BYTES / set_bytes)))
                   if backend.gpu else 1)
-        self.sets = []
-        for i in range(n_sets):
-            a, b = random_operands(shape, device, seed + 2 + i)
-            self.sets.append((a, b, torch.empty((shape.M, shape.N), dtype=a.dtype,
-                                                device=device)))
-        self.check_a, self.check_b = random_operands(shape, device, seed + 1)
-        self.reference = self.check_a.double() @ self.check_b.double()
-        self.tolerance = DTYPES[shape.dtype].tolerance
+        self.sets = [random_gemm(shape, device, seed + 2 + i) for i in range(n_sets)]
+        self.check = random_gemm(shape, device, seed + 1)
+        self.reference = reference(self.check)
+        self.tolerance = dtype.tolerance
 
     def _launcher(self, kernel, config):
         def launch(i):
-            a, b, out = self.sets[i]
-            kernel.launch(a, b, out, config)
+            kernel.launch(self.sets[i], config)
         return launch
 
     def _tflops(self, timing: Timing) -> float:
         return self.shape.flops / (timing.p50_ms * 1e-3) / 1e12
 
-    def baseline(self) -> Timing:
-        """torch.matmul (cuBLAS on a GPU) on the same inputs, timed the same way."""
+    def baseline(self) -> Timing | None:
+        """cuBLAS (torch.matmul; torch._scaled_mm for fp8) on the same inputs, timed the same
+        way. None where torch has no such GEMM: _scaled_mm takes only row-major A with
+        column-major B (the `nt` layout)."""
         def launch(i):
-            a, b, out = self.sets[i]
-            torch.matmul(a, b, out=out)
+            g = self.sets[i]
+            if g.scale_a is None:
+                torch.matmul(g.a, g.b, out=g.out)
+            else:
+                torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b, out_dtype=g.out.dtype,
+                                 out=g.out)
+        try:
+            launch(0)
+        except RuntimeError:
+            return None
         return self.backend.time(launch, len(self.sets))
 
     def run(self, kernel_name: str, config: dict) -> TrialResult:
         """Correctness on the check inputs (first launch, compiling if not cached), then timing."""
         kernel = KERNELS[kernel_name]
-        check_out = torch.full((self.shape.M, self.shape.N), float("nan"),
-                               dtype=self.check_a.dtype, device=self.backend.torch_device)
+        check_out = self.check.out.fill_(float("nan"))  # anything left unwritten fails
         start = time.perf_counter()
-        kernel.launch(self.check_a, self.check_b, check_out, config)
+        kernel.launch(self.check, config)
         self.backend.synchronize()
         first_launch_s = time.perf_counter() - start
         err = relative_error(check_out, self.reference)
@@ -167,7 +199,7 @@ def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict) -> Tri
         return TrialResult("compile_error" if triton_error else "runtime_error", one_line(e))
 
 
-def baseline_task(shape: Shape, seed: int) -> Timing:
+def baseline_task(shape: Shape, seed: int) -> Timing | None:
     return _bench_for(shape, seed).baseline()
 
 
@@ -178,7 +210,7 @@ def retime_task(shape: Shape, seed: int, kernel_name: str, configs: list[dict]) 
 def compile_task(shape: Shape, kernel_name: str, config: dict) -> float:
     """Compile one config for this shape's exact specialization; returns seconds taken."""
     start = time.perf_counter()
-    KERNELS[kernel_name].compile(*meta_operands(shape), config)
+    KERNELS[kernel_name].compile(meta_gemm(shape), config)
     return time.perf_counter() - start
 
 

@@ -16,9 +16,12 @@ import yaml
 from tuner.bucketing import KEY_FIELDS
 from tuner.db.models import Device, Winner
 from tuner.runtime import TABLE_FORMAT
+from tuner.space import KERNEL_PARAMS
 
-# FlagGems' op names for our kernels.
-EXPAND_OP_NAMES = {"mm": "mm_general_tma", "gemv": "gemv"}
+# FlagGems' op names for our variants: its mm_general_tma op covers the pointer and the TMA
+# paths (it takes TMA whenever strides allow), so our persistent kernel joins them there.
+EXPAND_OP_NAMES = {"general": "mm_general_tma", "tma": "mm_general_tma",
+                   "persistent": "mm_general_tma", "splitk": "mm_splitk", "gemv": "gemv"}
 # FlagGems' value-list names for the Triton launch options.
 _LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
 
@@ -35,8 +38,8 @@ def select_device(winners: list[Winner], selector: str | None) -> tuple[Device, 
         devices = {i: d for i, d in devices.items()
                    if s in d.name.lower() or d.fingerprint.startswith(s)}
     if not devices:
-        raise ExportError("no winners in the database" + (f" for device {selector!r}"
-                                                          if selector else "; run `tune run` first"))
+        raise ExportError("no winners in the database" + (
+            f" for device {selector!r}" if selector else "; run `tune run` first"))
     if len(devices) > 1:
         listed = "; ".join(f"{d.name} [{d.fingerprint}]" for d in devices.values())
         raise ExportError(f"winners from {len(devices)} devices ({listed}); choose one with "
@@ -51,17 +54,17 @@ def current_only(winners: list[Winner], source_hashes: dict[str, str]) -> tuple[
     return current, len(winners) - len(current)
 
 
-def _by_kernel(winners: list[Winner]) -> dict[str, list[Winner]]:
+def _grouped(winners: list[Winner], op_of) -> dict[str, list[Winner]]:
     groups: dict[str, list[Winner]] = {}
     for w in winners:
-        groups.setdefault(w.kernel.name, []).append(w)
+        groups.setdefault(op_of(w), []).append(w)
     return groups
 
 
-def _strategy(kernel: str, winners: list[Winner]) -> dict:
+def _strategy(op: str, winners: list[Winner]) -> dict:
     strategies = {tuple(w.study.space.strategy[f] for f in KEY_FIELDS) for w in winners}
     if len(strategies) > 1:
-        raise ExportError(f"{kernel} winners were tuned with {len(strategies)} different "
+        raise ExportError(f"{op} winners were tuned with {len(strategies)} different "
                           "bucketing strategies; one export holds one strategy per op")
     return dict(zip(KEY_FIELDS, strategies.pop()))
 
@@ -70,17 +73,27 @@ def _yaml_name(param: str) -> str:
     return _LAUNCH_OPTION_NAMES.get(param, param.lower())
 
 
-def expand_document(winners: list[Winner], kernel_params: dict[str, tuple[str, ...]]) -> dict:
+def _expand_op(w: Winner) -> str:
+    """The FlagGems op a winner belongs to (a plugin kernel's variants keep their own name)."""
+    variant = w.trial.params["variant"]
+    return EXPAND_OP_NAMES.get(variant, f"{w.kernel.name}_{variant}")
+
+
+def expand_document(winners: list[Winner]) -> dict:
+    """Per FlagGems op, the values its winners use. FlagGems has no variant or pad
+    parameter: the op name carries the variant, and padded winners export their tiles."""
     doc = {}
-    for kernel, group in _by_kernel(winners).items():
-        params = kernel_params[kernel]
+    for op, group in _grouped(winners, _expand_op).items():
+        params = tuple(dict.fromkeys(p for w in group for p in w.trial.params
+                                     if p not in KERNEL_PARAMS))
         meta = [p for p in params if p not in _LAUNCH_OPTION_NAMES]
         space = {"config": None, "param_map": {
             "META": {p: _yaml_name(p) for p in meta},
             **{p: _yaml_name(p) for p in params if p in _LAUNCH_OPTION_NAMES}}}
         for p in params:
-            space[_yaml_name(p)] = sorted({w.trial.params[p] for w in group})
-        doc[EXPAND_OP_NAMES[kernel]] = [space, {"strategy": _strategy(kernel, group)}]
+            space[_yaml_name(p)] = sorted({w.trial.params[p] for w in group
+                                           if p in w.trial.params})
+        doc[op] = [space, {"strategy": _strategy(op, group)}]
     return doc
 
 
@@ -93,7 +106,7 @@ def _device_block(device: Device) -> dict:
 
 def table_document(device: Device, winners: list[Winner]) -> dict:
     ops = {}
-    for kernel, group in _by_kernel(winners).items():
+    for kernel, group in _grouped(winners, lambda w: w.kernel.name).items():
         entries = []
         for w in sorted(group, key=lambda w: tuple(w.key.values())):
             t, study = w.trial, w.study

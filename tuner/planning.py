@@ -26,10 +26,10 @@ class KeyPlan:
 
 
 def plan_studies(shapes: list[Shape], spaces: dict[str, SearchSpace],
-                 kernel_for_n) -> list[KeyPlan]:
+                 kernel_for) -> list[KeyPlan]:
     groups: dict[tuple, list[Shape]] = {}
     for shape in shapes:
-        kernel = kernel_for_n(shape.N).name
+        kernel = kernel_for(shape.M, shape.N).name
         bucket = bucket_key(shape.key(), spaces[kernel].strategy)
         groups.setdefault((kernel, bucket), []).append(shape)
     plans = []

@@ -4,8 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tuner.execution import TrialResult
 from tuner.planning import KeyPlan

@@ -8,23 +8,25 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 import yaml
 
 from tuner.bucketing import KEY_FIELDS, bucket_key
 
 ENV_VAR = "TUNE_CONFIG"
-TABLE_FORMAT = "gemm-tuner-table/1"
+TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
 
 # What a key that was never tuned gets: safe on any CUDA GPU for every dtype (fits shared
-# memory on pre-Hopper parts too) and reasonable on large shapes.
-DEFAULT_CONFIGS: dict[str, Mapping[str, int]] = {
-    "mm": MappingProxyType({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8,
-                            "num_stages": 3, "num_warps": 8}),
-    "gemv": MappingProxyType({"BLOCK_M": 64, "BLOCK_K": 128, "num_stages": 2, "num_warps": 4}),
+# memory on pre-Hopper parts too) and reasonable on large shapes; the variants they name run
+# any call of their kernel (the pointer GEMM; gemv for a single row or column).
+DEFAULT_CONFIGS: dict[str, Mapping[str, int | str]] = {
+    "mm": MappingProxyType({"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128,
+                            "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}),
+    "gemv": MappingProxyType({"variant": "gemv", "pad": 0, "BLOCK_M": 64, "BLOCK_K": 128,
+                              "num_stages": 2, "num_warps": 4}),
 }
 
 
@@ -34,8 +36,8 @@ class TunedTable:
     def __init__(self, path: Path | None):
         self.path = path
         self.strategies: dict[str, dict] = {}
-        self.configs: dict[str, dict[tuple, Mapping[str, int]]] = {}
-        self.memo: dict[tuple, Mapping[str, int]] = {}
+        self.configs: dict[str, dict[tuple, Mapping[str, int | str]]] = {}
+        self.memo: dict[tuple, Mapping[str, int | str]] = {}
         if path is None:
             return
         try:
@@ -51,7 +53,7 @@ class TunedTable:
             self.configs[op] = {bucket_key(e["key"], strategy): MappingProxyType(e["config"])
                                 for e in body["entries"]}
 
-    def lookup(self, op: str, raw: tuple) -> Mapping[str, int]:
+    def lookup(self, op: str, raw: tuple) -> Mapping[str, int | str]:
         key = dict(zip(KEY_FIELDS, raw[1:]))
         strategy = self.strategies.get(op)
         config = None if strategy is None else self.configs[op].get(bucket_key(key, strategy))
@@ -81,7 +83,8 @@ def _load_default() -> TunedTable:
 
 
 def get_tuned_config(op: str, *, M: int, N: int, K: int, dtype: str, stride_am: int,
-                     stride_bk: int, path: str | os.PathLike | None = None) -> Mapping[str, int]:
+                     stride_bk: int,
+                     path: str | os.PathLike | None = None) -> Mapping[str, int | str]:
     """The tuned config for op ("mm" or "gemv") at this key, from the table at `path`
     (default: $TUNE_CONFIG, read on first use). A key outside the table gets
     DEFAULT_CONFIGS[op], with one RuntimeWarning per key. The returned mapping is read-only

@@ -3,24 +3,25 @@
 The Optuna study lives in the tuning database (Optuna's RDB storage), beside our own trial
 rows, so a run killed at any moment resumes: trials Optuna still shows as running are either
 found among the stored trials (told again) or redone first (re-enqueued). The sampler is TPE,
-seeded, with the constant liar so that a batch asked at once spreads out. Configs known to
-fail for this specialization are skipped without compiling or timing. At the end the top
+seeded, with the constant liar so that a batch asked at once spreads out; each config draws
+the variant first and then only that variant's parameters (SearchSpace.suggest). Configs
+known to fail for this specialization are skipped without compiling or timing, and configs
+found infeasible before compiling do not count against the trial budget. At the end the top
 configs are re-timed side by side, and the winner is the best of that re-timing.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import optuna
-from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
 from tuner.db.store import Store, params_key
 from tuner.dtypes import DTYPES
-from tuner.execution import TrialResult
+from tuner.execution import TrialResult, meta_gemm
 from tuner.executor import Executor
 from tuner.kernels.base import Kernel, specialization
 from tuner.shapes import Shape
@@ -68,10 +69,14 @@ class StudyRunner:
         self.smem_limit, self.on_trial, self.keep_going = smem_limit, on_trial, keep_going
         self.itemsize = DTYPES[shape.dtype].torch.itemsize
         self.specialization = specialization(shape.key())
-        self.distributions = {name: CategoricalDistribution(values)
-                              for name, values in space.params.items()}
+        self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
         self.stored: dict[tuple, Trial] = {}
         self.asks = 0
+
+    @property
+    def attempted(self) -> int:
+        """Trials that cost a compile or more: what the trial budget counts."""
+        return sum(t.status != "infeasible" for t in self.stored.values())
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _store(self, params: dict, result: TrialResult) -> Trial:
@@ -109,19 +114,19 @@ class StudyRunner:
     def _ask_batch(self, study: optuna.Study, known_failures: set[str]) -> list:
         """Up to `batch` new, feasible configs; everything else is answered on the spot."""
         batch, batch_signatures = [], set()
-        want = min(self.budget.batch, self.budget.trials - len(self.stored))
+        want = min(self.budget.batch, self.budget.trials - self.attempted)
         for _ in range(want * ASKS_PER_TRIAL):
-            if len(batch) >= min(want, self.budget.trials - len(self.stored)):
+            if len(batch) >= min(want, self.budget.trials - self.attempted):
                 break
-            trial = study.ask(self.distributions)
+            trial = study.ask()
             self.asks += 1
-            params = dict(trial.params)
+            params = self.space.suggest(trial)
             signature = _signature(params)
             if signature in self.stored:
                 self._tell(study, trial, self.stored[signature])
             elif signature in batch_signatures or params_key(params) in known_failures:
                 study.tell(trial, state=TrialState.FAIL)
-            elif reason := self.kernel.feasible(params, self.itemsize, self.smem_limit):
+            elif reason := self.kernel.feasible(params, self.meta_gemm, self.smem_limit):
                 self._tell(study, trial, self._store(params, TrialResult("infeasible", reason)))
             else:
                 batch.append((trial, params))
@@ -148,7 +153,7 @@ class StudyRunner:
                                                    self.specialization)
         deadline = (None if self.budget.timeout_s is None
                     else time.monotonic() + self.budget.timeout_s)
-        while (len(self.stored) < min(self.budget.trials, self.space.size)
+        while (self.attempted < self.budget.trials and len(self.stored) < self.space.size
                and self.asks < self.budget.trials * ASKS_PER_TRIAL and self.keep_going()
                and (deadline is None or time.monotonic() < deadline)):
             batch = self._ask_batch(study, known_failures)

@@ -1,13 +1,18 @@
 """Search spaces: the candidate values of each kernel parameter, and how keys are bucketed.
 
-One YAML file per kernel ships in search_spaces/; `--space FILE` swaps in a user's own. A file
-that does not fit raises `SpaceError` with one line naming the file, the field and what was
-expected, before anything runs.
+One YAML file per kernel ships in search_spaces/; `--space FILE` swaps in a user's own. The
+`variant` list names the kernel variants to search; every other list holds the integer values
+of one parameter, and a config of a variant draws only the parameters that variant reads (a
+conditional space: SPLIT_K exists only for splitk configs). A file that does not fit raises
+`SpaceError` with one line naming the file, the field and what was expected, before anything
+runs.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -15,6 +20,10 @@ from pathlib import Path
 import yaml
 
 from tuner.bucketing import KEY_FIELDS, STRATEGIES
+
+# Parameters of every kernel rather than of one variant's Triton code: which variant runs,
+# and the padding applied before it (kernels/base.py).
+KERNEL_PARAMS = ("variant", "pad")
 
 
 class SpaceError(ValueError):
@@ -24,9 +33,11 @@ class SpaceError(ValueError):
 @dataclass(frozen=True)
 class SearchSpace:
     kernel: str
-    params: dict[str, tuple[int, ...]]
+    params: dict[str, tuple]  # "variant": names; every other parameter: integers
     strategy: dict[str, str]
     source: str  # where it came from, for messages
+    # Per searched variant, the parameters its configs hold, in search order ("variant" first).
+    variant_params: dict[str, tuple[str, ...]]
 
     @property
     def hash(self) -> str:
@@ -37,10 +48,21 @@ class SearchSpace:
 
     @property
     def size(self) -> int:
-        n = 1
-        for values in self.params.values():
-            n *= len(values)
-        return n
+        """How many distinct configs the space holds, summed over its variants."""
+        return sum(math.prod(len(self.params[p]) for p in params if p != "variant")
+                   for params in self.variant_params.values())
+
+    def suggest(self, trial) -> dict:
+        """Draw one config from an Optuna trial: the variant first, then only its parameters.
+
+        Parameters shared by several variants (BLOCK_M) keep one name and one value list, so
+        the sampler learns about them from every variant's trials.
+        """
+        variant = trial.suggest_categorical("variant", self.params["variant"])
+        config = {"variant": variant}
+        for name in self.variant_params[variant][1:]:
+            config[name] = trial.suggest_categorical(name, self.params[name])
+        return config
 
     def to_yaml(self) -> str:
         return yaml.safe_dump({"kernel": self.kernel,
@@ -52,31 +74,50 @@ def _fail(source: str, field: str, expected: str, got) -> SpaceError:
     return SpaceError(f"{source}: field '{field}': expected {expected}, got {got!r}")
 
 
-def parse_space(doc, source: str, kernel_params: dict[str, tuple[str, ...]]) -> SearchSpace:
-    """Validate a loaded YAML document against the known kernels' parameter names."""
+def _variant_names(source: str, values, known: Mapping[str, tuple[str, ...]]) -> tuple:
+    if (not isinstance(values, list) or not values
+            or not all(isinstance(v, str) and v in known for v in values)):
+        raise _fail(source, "params.variant", f"a non-empty list of {', '.join(known)}", values)
+    return tuple(dict.fromkeys(values))
+
+
+def _int_values(source: str, name: str, values) -> tuple[int, ...]:
+    if (not isinstance(values, list) or not values
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                       for v in values)):
+        raise _fail(source, f"params.{name}", "a non-empty list of non-negative integers", values)
+    return tuple(dict.fromkeys(values))
+
+
+def parse_space(doc, source: str,
+                kernel_variants: Mapping[str, Mapping[str, tuple[str, ...]]]) -> SearchSpace:
+    """Validate a loaded YAML document against the known kernels' variants and parameters.
+
+    kernel_variants: kernel name -> variant name -> the parameters a config of it holds.
+    """
     if not isinstance(doc, dict):
         raise _fail(source, "<top level>", "a mapping with kernel, params, strategy", doc)
     kernel = doc.get("kernel")
-    if kernel not in kernel_params:
-        raise _fail(source, "kernel", f"one of {', '.join(kernel_params)}", kernel)
-    wanted = kernel_params[kernel]
+    if kernel not in kernel_variants:
+        raise _fail(source, "kernel", f"one of {', '.join(kernel_variants)}", kernel)
+    known = kernel_variants[kernel]
 
     params = doc.get("params")
     if not isinstance(params, dict):
-        raise _fail(source, "params", f"a mapping of {', '.join(wanted)} to value lists", params)
+        raise _fail(source, "params", "a mapping of variant and parameters to value lists",
+                    params)
+    variants = _variant_names(source, params.get("variant"), known)
+    read = {v: known[v] for v in variants}
+    wanted = tuple(dict.fromkeys(p for ps in read.values() for p in ps))
     for name in params:
         if name not in wanted:
-            raise _fail(source, f"params.{name}", f"a parameter of {kernel} ({', '.join(wanted)})",
+            raise _fail(source, f"params.{name}",
+                        f"a parameter of variants {', '.join(variants)} ({', '.join(wanted)})",
                         name)
-    checked: dict[str, tuple[int, ...]] = {}
+    checked: dict[str, tuple] = {"variant": variants}
     for name in wanted:
-        values = params.get(name)
-        if (not isinstance(values, list) or not values
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                           for v in values)):
-            raise _fail(source, f"params.{name}", "a non-empty list of non-negative integers",
-                        values)
-        checked[name] = tuple(dict.fromkeys(values))
+        if name != "variant":
+            checked[name] = _int_values(source, name, params.get(name))
 
     strategy = doc.get("strategy")
     if not isinstance(strategy, dict):
@@ -90,10 +131,11 @@ def parse_space(doc, source: str, kernel_params: dict[str, tuple[str, ...]]) -> 
         allowed = ["default"] if name == "dtype" else list(STRATEGIES)
         if value not in allowed:
             raise _fail(source, f"strategy.{name}", f"one of {', '.join(allowed)}", value)
-    return SearchSpace(kernel, checked, {f: strategy[f] for f in KEY_FIELDS}, source)
+    return SearchSpace(kernel, checked, {f: strategy[f] for f in KEY_FIELDS}, source, read)
 
 
-def load_space(path: str | Path, kernel_params: dict[str, tuple[str, ...]]) -> SearchSpace:
+def load_space(path: str | Path,
+               kernel_variants: Mapping[str, Mapping[str, tuple[str, ...]]]) -> SearchSpace:
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text())
@@ -103,10 +145,10 @@ def load_space(path: str | Path, kernel_params: dict[str, tuple[str, ...]]) -> S
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         raise SpaceError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
-    return parse_space(doc, str(path), kernel_params)
+    return parse_space(doc, str(path), kernel_variants)
 
 
-def builtin_spaces(kernel_params: dict[str, tuple[str, ...]],
+def builtin_spaces(kernel_variants: Mapping[str, Mapping[str, tuple[str, ...]]],
                    skip: frozenset[str] = frozenset()) -> dict[str, SearchSpace]:
     """The spaces shipped in tuner.search_spaces (one KERNEL.yaml per kernel), except those
     in `skip` (kernels the user gave a space of their own for, perhaps with other params)."""
@@ -114,6 +156,6 @@ def builtin_spaces(kernel_params: dict[str, tuple[str, ...]],
     for entry in resources.files("tuner.search_spaces").iterdir():
         if entry.name.endswith(".yaml") and entry.name[:-5] not in skip:
             space = parse_space(yaml.safe_load(entry.read_text()), f"search_spaces/{entry.name}",
-                                kernel_params)
+                                kernel_variants)
             spaces[space.kernel] = space
     return spaces

@@ -19,8 +19,9 @@ import functools
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -126,8 +127,8 @@ class _EventSampler(ABC):
                    for start, end in self._events]
         return Timing.from_samples(samples, self._describe(len(samples)))
 
-    def _prepare(self) -> None:
-        """Untimed work before each sample."""
+    def _prepare(self) -> None:  # noqa: B027 - optional hook: most samplers need nothing
+        """Untimed work before each sample (none by default)."""
 
     @abstractmethod
     def _run(self) -> None:

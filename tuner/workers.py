@@ -11,7 +11,8 @@ import multiprocessing as mp
 import os
 import signal
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _SPAWN = mp.get_context("spawn")
 

@@ -1,0 +1,148 @@
+"""The tuned dispatcher against cuBLAS (and torch.compile max-autotune), per shape, in one
+process on one GPU.
+
+    python benchmarks/vs_cublas.py --shapes shapes.csv --config tuned.yaml [--rows 1-8]
+        [--inductor-budget-s 240]
+
+Contenders, all on the same random inputs (never zeros), all returning a new output as a user
+call does, and each checked against a float64 reference:
+- cuBLAS: torch.matmul, or torch.nn.functional.linear for the `nt` layout (x @ W^T);
+  torch._scaled_mm for fp8 (which takes only the `nt` layout);
+- tuned: gemm-tuner as a user calls it, tuner.linear(x, W) for `nt`, tuner.matmul(a, b)
+  otherwise, with the table from --config;
+- inductor: torch.compile(mode="max-autotune-no-cudagraphs") of the cuBLAS call, while its
+  compile time stays within --inductor-budget-s in total (later shapes show "-").
+Times are triton.testing.do_bench medians (L2 flushed before every run, repeated for
+--rep-ms). The table is Markdown with the device and versions on top, and ends with the
+geometric mean and the minimum of tuned/cuBLAS.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.testing
+
+from tuner.dtypes import DTYPES
+from tuner.execution import random_gemm, reference, relative_error
+from tuner.shapes import Shape, load_shapes
+
+
+def parse_rows(text: str | None, count: int) -> range:
+    if not text:
+        return range(count)
+    first, _, last = text.partition("-")
+    return range(int(first) - 1, int(last or first))
+
+
+def geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def contenders(gemm, layout: str):
+    """(cuBLAS, tuned) for one GEMM: zero-argument calls that return the product."""
+    import tuner
+    g = gemm
+    if g.scale_a is not None:
+        return (lambda: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b, out_dtype=g.out.dtype),
+                lambda: tuner.matmul(g.a, g.b, scale_a=g.scale_a, scale_b=g.scale_b))
+    if layout == "nt":  # b = W^T of a row-major weight W: the linear-layer call
+        weight = g.b.t()
+        return lambda: F.linear(g.a, weight), lambda: tuner.linear(g.a, weight)
+    return lambda: torch.matmul(g.a, g.b), lambda: tuner.matmul(g.a, g.b)
+
+
+class Inductor:
+    """torch.compile max-autotune of the cuBLAS call, shape by shape, within a time budget."""
+
+    def __init__(self, budget_s: float):
+        self.left_s = budget_s
+
+    def compiled(self, cublas):
+        if self.left_s <= 0:
+            return None
+        torch._dynamo.reset()  # one shape per compile: no recompile limits, no reuse
+        fn = torch.compile(cublas, mode="max-autotune-no-cudagraphs", fullgraph=True)
+        start = time.perf_counter()
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - a compiler failure is a table entry
+            print(f"<!-- inductor failed: {type(e).__name__}: {e} -->", file=sys.stderr)
+            fn = None
+        self.left_s -= time.perf_counter() - start
+        return fn
+
+
+def compare(shape: Shape, seed: int, rep_ms: int, inductor: Inductor) -> dict:
+    """TFLOP/s and errors of every contender on one shape, and the tuned config's variant."""
+    from tuner import dispatch
+    gemm = random_gemm(shape, "cuda", seed)
+    ref = reference(gemm)
+    tflop = shape.flops / 1e12
+    cublas, tuned = contenders(gemm, shape.layout)
+    row = {}
+    for name, fn in (("cublas", cublas), ("tuned", tuned), ("inductor",
+                                                             inductor.compiled(cublas))):
+        if fn is None:
+            continue
+        err = relative_error(fn(), ref)
+        if name != "cublas" and not err <= DTYPES[shape.dtype].tolerance:
+            raise AssertionError(f"{shape} {name}: relative error {err:.3g}")
+        row[name] = (tflop / (triton.testing.do_bench(fn, warmup=25, rep=rep_ms,
+                                                      return_mode="median") * 1e-3), err)
+    _, config = dispatch.plan(gemm)
+    row["config"] = config["variant"] + (f" pad{config['pad']}" if config["pad"] else "")
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", required=True)
+    parser.add_argument("--config", required=True, help="table YAML from `tune export`")
+    parser.add_argument("--rows", help="1-based data rows to run, e.g. 1-8")
+    parser.add_argument("--rep-ms", type=int, default=300)
+    parser.add_argument("--inductor-budget-s", type=float, default=240.0,
+                        help="total seconds of max-autotune compiling (0: no inductor column)")
+    args = parser.parse_args(argv)
+
+    os.environ["TUNE_CONFIG"] = args.config  # before the dispatcher's first lookup
+    shapes = load_shapes(args.shapes)
+    props = torch.cuda.get_device_properties(0)
+    print(f"# tuned gemm-tuner vs cuBLAS vs torch.compile max-autotune — {props.name}, "
+          f"{props.multi_processor_count} SMs, torch {torch.__version__}, triton "
+          f"{triton.__version__}, CUDA {torch.version.cuda}, "
+          f"{datetime.now(timezone.utc):%Y-%m-%d}\n")
+    print(f"table: {args.config}; do_bench medians over {args.rep_ms} ms, L2 flushed; errors "
+          "are relative Frobenius vs float64; nt rows call linear (x @ W^T)\n")
+    print("| M | N | K | dtype | layout | cuBLAS TF/s | tuned TF/s | tuned/cuBLAS | variant | "
+          "inductor TF/s | inductor/cuBLAS | err cuBLAS | err tuned |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    inductor = Inductor(args.inductor_budget_s)
+    ratios = []
+    for i in parse_rows(args.rows, len(shapes)):
+        shape = shapes[i]
+        row = compare(shape, 1000 + i, args.rep_ms, inductor)
+        torch.cuda.empty_cache()  # compare's buffers are gone; give their memory back
+        (cublas_tf, err_cublas), (tuned_tf, err_tuned) = row["cublas"], row["tuned"]
+        ratios.append(tuned_tf / cublas_tf)
+        inductor_tf = row.get("inductor", (None,))[0]
+        inductor_cells = (f"{inductor_tf:.1f} | {inductor_tf / cublas_tf:.2f}" if inductor_tf
+                          else "- | -")
+        print(f"| {shape.M} | {shape.N} | {shape.K} | {shape.dtype} | {shape.layout} | "
+              f"{cublas_tf:.1f} | {tuned_tf:.1f} | {ratios[-1]:.2f} | {row['config']} | "
+              f"{inductor_cells} | {err_cublas:.1e} | {err_tuned:.1e} |", flush=True)
+    print(f"\ngeomean tuned/cuBLAS {geomean(ratios):.3f}, min {min(ratios):.2f} over "
+          f"{len(ratios)} shapes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The `persistent` variant: TMA GEMM with one long-lived program per SM.
+
+The grid is min(number of SMs, number of tiles); program p computes tiles p, p + NUM_SMS,
+p + 2·NUM_SMS, ... in the grouped order of the tma variant. Launch and per-program set-up
+are paid once per SM rather than once per tile, and the compiler can overlap one tile's
+epilogue with the next tile's loads. Operands are read, and the output written, exactly as
+in kernels/tma.py (descriptors, transposed storage, pointer fallback for the output), whose
+helpers and `unsupported` check this variant reuses.
+
+Three 0/1 parameters expose the options Triton offers for this loop:
+  WARP_SPECIALIZE  tl.range(warp_specialize=): split the loop into producer (TMA) and
+                   consumer (MMA) warp groups.
+  FLATTEN          tl.range(flatten=): fuse the tile and K loops into one loop that the
+                   software pipeliner can keep full across tile boundaries.
+  EPILOGUE_SUBTILE store each tile as two BLOCK_M×BLOCK_N/2 halves, halving the shared
+                   memory staged for the output store (room for another pipeline stage).
+Triton 3.6 and 3.9 both have all three. The tile loop always passes both tl.range options,
+so a Triton whose tl.range lacks one could compile no config of this kernel: `unsupported`
+then refuses every call, naming what is missing, rather than running configs that ask for a
+feature without it. On Hopper (sm_90), compiling with Triton 3.6 and 3.9 shows that warp
+specialization takes effect only with num_warps=4 and FLATTEN=0 (other configs build the
+plain loop), and that those configs fail to compile with BLOCK_M=128 (Triton's Hopper warp
+specializer splits the tile in M, which host descriptors' fixed block shapes do not allow:
+triton issue #11587). The tuner records such configs as compile errors.
+
+NUM_SMS is a runtime argument Triton does not specialize on, so a compile on meta tensors
+builds the binary a launch on the device runs. Off CUDA (the interpreter, meta tensors) it is
+INTERPRETER_PROGRAMS, small, so the interpreter runs several tiles per program.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from tuner.kernels import tma
+from tuner.kernels._launch import tile_smem_bytes
+from tuner.kernels._mainloop import grouped_tile
+from tuner.kernels.base import Gemm, Variant, start
+from tuner.kernels.tma import store_tile, tile_product
+
+INTERPRETER_PROGRAMS = 3
+FLAGS = ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")  # the 0/1 parameters
+# The tl.range options the tile loop passes (WARP_SPECIALIZE, FLATTEN).
+_RANGE_OPTIONS = ("warp_specialize", "flatten")
+_MISSING_RANGE_OPTIONS = tuple(option for option in _RANGE_OPTIONS
+                               if option not in inspect.signature(tl.range).parameters)
+
+
+@triton.jit(do_not_specialize=["NUM_SMS"])
+def _persistent_kernel(
+    a_desc, b_desc, out, M, N, K, stride_cm, stride_cn,
+    bias_ptr, scale_a_ptr, scale_b_ptr,
+    NUM_SMS,  # programs in the grid; the stride of each program's tile loop
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+    A_T: tl.constexpr, B_T: tl.constexpr, OUT_DESC: tl.constexpr,  # as in tma.py
+    DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,  # _launch.dot_options
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # epilogue (_epilogue.py)
+):
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # The store derives its tile from a counter of its own rather than reusing the loads'
+    # tile_m/tile_n, as Triton's persistent-matmul tutorial does to keep values out of both
+    # the prologue and the epilogue of the K loop (which its pipeliner mishandles).
+    store_tile_id = tl.program_id(0) - NUM_SMS
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS,
+                         flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        tile_m, tile_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tile_product(a_desc, b_desc, tile_m * BLOCK_M, tile_n * BLOCK_N, K,
+                           BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T, DOT_UPCAST, INPUT_PRECISION)
+
+        store_tile_id += NUM_SMS
+        tile_m, tile_n = grouped_tile(store_tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = tile_m * BLOCK_M
+        off_n = tile_n * BLOCK_N
+        if EPILOGUE_SUBTILE:
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            left, right = tl.split(halves)
+            store_tile(out, left, off_m, off_n, M, N, stride_cm, stride_cn,
+                       bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N // 2, OUT_DESC,
+                       HAS_BIAS, SCALED)
+            store_tile(out, right, off_m, off_n + BLOCK_N // 2, M, N, stride_cm, stride_cn,
+                       bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N // 2, OUT_DESC,
+                       HAS_BIAS, SCALED)
+        else:
+            store_tile(out, acc, off_m, off_n, M, N, stride_cm, stride_cn,
+                       bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N, OUT_DESC,
+                       HAS_BIAS, SCALED)
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def num_sms(device: torch.device) -> int:
+    """How many programs may run at once: the SM count on CUDA, else INTERPRETER_PROGRAMS."""
+    return _sm_count(device) if device.type == "cuda" else INTERPRETER_PROGRAMS
+
+
+def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
+    """The tma variant's operand checks, after the installed Triton's tl.range options (the
+    tile loop passes both, so without one no config compiles, whatever it asks for) and after
+    refusing warp-specialized configs Triton would build as the plain loop (duplicates)."""
+    if _MISSING_RANGE_OPTIONS:
+        missing = ", ".join(f"{option}=" for option in _MISSING_RANGE_OPTIONS)
+        return (f"triton {triton.__version__}: tl.range has no {missing}, which the persistent "
+                "tile loop passes (WARP_SPECIALIZE / FLATTEN)")
+    if tunables["WARP_SPECIALIZE"] and (tunables["num_warps"] != 4 or tunables["FLATTEN"]):
+        # Triton builds the plain loop for these: the same binary as WARP_SPECIALIZE=0.
+        return "WARP_SPECIALIZE takes effect only with num_warps=4 and FLATTEN=0 on Hopper"
+    return tma.unsupported(gemm, tunables)
+
+
+def _stored_block_n(tunables: Mapping[str, int]) -> int:
+    """Columns of one output store: half the tile under EPILOGUE_SUBTILE."""
+    return tunables["BLOCK_N"] // (2 if tunables["EPILOGUE_SUBTILE"] else 1)
+
+
+def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
+    M, N, _ = gemm.mnk
+    programs = num_sms(gemm.a.device)
+    tiles = triton.cdiv(M, tunables["BLOCK_M"]) * triton.cdiv(N, tunables["BLOCK_N"])
+    args, constexprs = tma.descriptor_args(gemm, tunables, _stored_block_n(tunables))
+    flags = {p: bool(tunables[p]) for p in FLAGS}  # tl.range's options are bools
+    # tunables: BLOCK_M/N/K and GROUP_M constexprs; num_stages and num_warps options
+    start(_persistent_kernel, (min(programs, tiles),), (*args, programs),
+          {**constexprs, **tunables, **flags}, compile_only)
+
+
+def smem_bytes(tunables: Mapping[str, int], itemsize: int) -> int:
+    """The pipeline's buffers plus the staged output, which cannot reuse them here: the next
+    tile's loads are in flight while a tile is stored. Where Hopper warp-specializes the loop
+    it double-buffers the staged output (Blackwell does not). Triton 3.6 and 3.9 report, for
+    fp16, 3 stages on sm_90: 131096 bytes for 128×128×64 (98304 + 32768 + barriers), 114712
+    subtiled, and 106592 for a warp-specialized 64×128×64 (73728 + 2 × 16384 + barriers)."""
+    staged = tma.staging_smem_bytes(tunables, itemsize, _stored_block_n(tunables))
+    copies = 2 if tunables["WARP_SPECIALIZE"] else 1
+    return tile_smem_bytes(tunables, itemsize) + copies * staged
+
+
+PERSISTENT = Variant(
+    name="persistent",
+    params=(*tma.TMA.params, *FLAGS),
+    launch=launch,
+    smem_bytes=smem_bytes,
+    source_path=Path(__file__),
+    unsupported=unsupported,
+)

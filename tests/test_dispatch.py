@@ -1,0 +1,154 @@
+"""`tuner.matmul` and `tuner.linear` as users call them: results, validation, the tuned-config
+fallback, autograd through the dispatcher, and torch.compile tracing the operators.
+
+On a CPU-only machine the kernels run in Triton's interpreter, so shapes stay small.
+"""
+import re
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tuner
+from tuner import dispatch, runtime
+from tuner.dtypes import DTYPES
+from tuner.execution import random_operands, relative_error
+from tuner.export import write_atomic
+from tuner.shapes import LAYOUTS, Shape
+
+
+@pytest.fixture(autouse=True)
+def no_table(monkeypatch):
+    """No $TUNE_CONFIG: every key gets the kernel's default config (warnings silenced)."""
+    monkeypatch.delenv("TUNE_CONFIG", raising=False)
+    runtime.clear_cache()
+    dispatch._PLANS.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+    runtime.clear_cache()
+    dispatch._PLANS.clear()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mnk", [(37, 53, 71), (1, 40, 33), (45, 1, 20), (5, 0, 3), (4, 6, 0)])
+def test_matmul_matches_torch_in_every_layout(mnk, layout, device):
+    a, b = random_operands(Shape(*mnk, "fp16", layout), device, seed=1)
+    out = tuner.matmul(a, b)
+    assert out.shape == (mnk[0], mnk[1]) and out.dtype == torch.float16
+    if out.numel():
+        assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp16"].tolerance
+
+
+def test_matmul_into_out_and_fp8_with_scales(device):
+    a, b = random_operands(Shape(33, 40, 64, "fp8e4m3", "nt"), device, seed=2)
+    scale_a, scale_b = (torch.tensor([s], device=device) for s in (0.5, 3.0))
+    out = torch.full((33, 40), float("nan"), dtype=torch.bfloat16, device=device)
+    assert tuner.matmul(a, b, out, scale_a=scale_a, scale_b=scale_b) is out
+    ref = (a.double() * 0.5) @ (b.double() * 3.0)
+    assert relative_error(out, ref) <= DTYPES["fp8e4m3"].tolerance
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda a, b: tuner.matmul(a, b.t()), "expected a (M×K) and b (K×N)"),
+    (lambda a, b: tuner.matmul(a, b.double()), "must share one of"),
+    (lambda a, b: tuner.matmul(a, b, torch.empty(3, 3)), "out must be 8×6"),
+    (lambda a, b: tuner.matmul(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)),
+     "need scale_a and scale_b"),
+    (lambda a, b: tuner.matmul(a, b, scale_a=torch.ones(1), scale_b=torch.ones(1)),
+     "take no scale_a/scale_b"),
+    (lambda a, b: tuner.linear(a, b), "expected x (..., K) and weight (N×K)"),
+    (lambda a, b: tuner.linear(a, b.t(), torch.ones(5)), "bias must be (6,)"),
+])
+def test_bad_calls_are_one_clear_error(call, message):
+    a, b = torch.randn(8, 4), torch.randn(4, 6)
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        call(a, b)
+
+
+def test_linear_fuses_bias_and_keeps_batch_dims(device):
+    x = torch.randn(2, 3, 40, device=device, dtype=torch.bfloat16)
+    weight = torch.randn(24, 40, device=device, dtype=torch.bfloat16)
+    bias = torch.randn(24, device=device, dtype=torch.bfloat16)
+    out = tuner.linear(x, weight, bias)
+    assert out.shape == (2, 3, 24)
+    ref = x.double() @ weight.double().t() + bias.double()
+    assert relative_error(out, ref) <= DTYPES["bf16"].tolerance
+
+
+def test_autograd_goes_through_the_dispatcher(device, monkeypatch):
+    calls = []
+    compute = dispatch._compute
+    monkeypatch.setattr(dispatch, "_compute", lambda gemm: (calls.append(gemm.mnk),
+                                                            compute(gemm))[1])
+    x = torch.randn(6, 20, device=device, requires_grad=True)
+    weight = torch.randn(12, 20, device=device, requires_grad=True)
+    bias = torch.randn(12, device=device, requires_grad=True)
+    (tuner.linear(x, weight, bias) ** 2).sum().backward()
+    grads = [t.grad.clone() for t in (x, weight, bias)]
+    for t in (x, weight, bias):
+        t.grad = None
+    (F.linear(x, weight, bias) ** 2).sum().backward()
+    for ours, theirs in zip(grads, (x.grad, weight.grad, bias.grad)):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    # forward, then grad_x = grad @ W (6×20 from 6×12) and grad_W = grad^T @ x (12×20 from 6)
+    assert calls == [(6, 12, 20), (6, 20, 12), (12, 20, 6)]
+
+    a = torch.randn(7, 9, device=device, requires_grad=True)
+    b = torch.randn(9, 5, device=device, requires_grad=True)
+    tuner.matmul(a, b).sum().backward()
+    torch.testing.assert_close(a.grad, torch.ones(7, 5, device=device) @ b.detach().t())
+    torch.testing.assert_close(b.grad, a.detach().t() @ torch.ones(7, 5, device=device))
+
+
+def test_torch_compile_fullgraph_traces_the_operators(device):
+    """aot_eager traces through the fake implementations and runs the real kernels (the GPU
+    test compiles the same model with inductor)."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.Linear(48, 16))
+    mlp = mlp.to(device)
+
+    def forward(x):
+        h = F.gelu(tuner.linear(x, mlp[0].weight, mlp[0].bias))
+        return tuner.linear(h, mlp[2].weight, mlp[2].bias)
+
+    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 32, device=device)
+    torch.testing.assert_close(compiled(x), mlp(x), rtol=1e-4, atol=1e-4)
+    compiled(x).sum().backward()  # and its backward, through the autograd formulas
+    assert mlp[0].weight.grad is not None
+
+
+def test_fake_implementations_give_the_right_metadata():
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        a, b = torch.empty(8, 4, dtype=torch.float8_e4m3fn), torch.empty(4, 6,
+                                                                         dtype=torch.float8_e4m3fn)
+        out = torch.ops.tuner.mm(a, b, torch.ones(1), torch.ones(1), False)
+        assert out.shape == (8, 6) and out.dtype == torch.bfloat16
+        y = torch.ops.tuner.linear(torch.empty(2, 3, 4), torch.empty(5, 4), None, False)
+        assert y.shape == (2, 3, 5)
+
+
+def test_a_tuned_config_that_cannot_run_falls_back_to_the_default(tmp_path, monkeypatch,
+                                                                   device):
+    """A gemv config tuned for a bucket that also holds a 2-row shape must not be launched
+    there (2 rows: no gemv). The default mm config runs, with one warning for the key."""
+    table = tmp_path / "t.yaml"
+    strategy = {"M": "log", "N": "default", "K": "default", "stride_am": "default",
+                "stride_bk": "default", "dtype": "default"}
+    write_atomic(table, {"format": runtime.TABLE_FORMAT, "ops": {"mm": {
+        "strategy": strategy, "entries": [{
+            "key": {"M": 2, "N": 24, "K": 32, "stride_am": 32, "stride_bk": 24,
+                    "dtype": "fp32"},
+            "config": {"variant": "splitk", "pad": 0, "BLOCK_M": 16, "BLOCK_N": 16,
+                       "BLOCK_K": 16, "SPLIT_K": 8, "ATOMIC": 0, "num_stages": 2,
+                       "num_warps": 4}}]}}})
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    a, b = torch.randn(2, 32, device=device), torch.randn(32, 24, device=device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = tuner.matmul(a, b)  # SPLIT_K 8 > 2 steps of 16 in K=32: not this config
+        tuner.matmul(a, b)
+    assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp32"].tolerance
+    fallbacks = [w for w in caught if "cannot run" in str(w.message)]
+    assert len(fallbacks) == 1 and "some splits would get no work" in str(fallbacks[0].message)

@@ -1,0 +1,258 @@
+"""The tma and persistent variants against a float64 reference, and their TMA checks.
+
+On a CPU-only machine the kernels run in Triton's interpreter (tests/conftest.py), which
+supports host tensor descriptors: shapes stay under 100 per dimension and blocks at 16..64.
+Outputs are poisoned with NaN before each launch, so an element the kernel never writes
+fails. TMA needs 16-byte row strides, so shapes here keep every dimension a stride is made of
+a multiple of 8 (16 for fp8) unless a test is about the refusal. Tests marked `gpu` run the
+compiled kernels on the GPU machine.
+"""
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from tuner.dtypes import DTYPES, TF32_TOLERANCE
+from tuner.execution import meta_gemm, random_gemm, reference, relative_error
+from tuner.kernels import persistent, tma
+from tuner.kernels.base import Gemm
+from tuner.kernels.persistent import PERSISTENT
+from tuner.kernels.tma import TMA
+from tuner.shapes import LAYOUTS, Shape
+
+BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_stages": 2,
+          "num_warps": 4}
+FLAGS = persistent.FLAGS
+# Every combination of the persistent variant's 0/1 parameters.
+FLAG_VALUES = [dict(zip(FLAGS, values)) for values in itertools.product((0, 1), repeat=3)]
+CONFIGS = {"tma": BLOCKS, "persistent": {**BLOCKS, "WARP_SPECIALIZE": 0, "FLATTEN": 1,
+                                         "EPILOGUE_SUBTILE": 1}}
+VARIANTS = {"tma": TMA, "persistent": PERSISTENT}
+# The dtypes with a stride alignment of 8 elements (fp8 needs 16: its own tests).
+WIDE_DTYPES = ("fp16", "bf16", "fp32")
+
+
+def poisoned_gemm(shape: Shape, device: str, bias: bool = False, **fields) -> Gemm:
+    """A random GEMM of the shape with a NaN-filled output (and a random bias)."""
+    gemm = random_gemm(shape, device, seed=shape.M * 7919 + shape.N * 31 + shape.K)
+    gemm.out.fill_(float("nan"))
+    if bias:
+        fields["bias"] = torch.randn(shape.N, device=device).to(gemm.out.dtype)
+    return dataclasses.replace(gemm, **fields)
+
+
+def launch_error(variant, gemm: Gemm, config) -> float:
+    """Relative error of the variant's output against the float64 reference."""
+    assert variant.unsupported(gemm, config) is None
+    variant.launch(gemm, config, False)
+    return relative_error(gemm.out, reference(gemm))
+
+
+@pytest.mark.parametrize("dtype", WIDE_DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_layout_matches_reference(name, layout, dtype, device):
+    """M, N and K all end mid-block: TMA zero-fills the loads and clips the stores."""
+    gemm = poisoned_gemm(Shape(40, 56, 72, dtype, layout), device)
+    assert launch_error(VARIANTS[name], gemm, CONFIGS[name]) <= DTYPES[dtype].tolerance
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_fp8_scales_go_through_the_epilogue(name, layout, device):
+    gemm = poisoned_gemm(Shape(48, 80, 96, "fp8e4m3", layout), device)
+    assert gemm.scale_a is not None
+    assert launch_error(VARIANTS[name], gemm, CONFIGS[name]) <= DTYPES["fp8e4m3"].tolerance
+
+
+@pytest.mark.parametrize("dtype", WIDE_DTYPES)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_unaligned_output_is_stored_through_pointers(name, dtype, device):
+    """37×53×72 `nt`: A and B are TMA-aligned, but out's 53-element rows are not."""
+    gemm = poisoned_gemm(Shape(37, 53, 72, dtype, "nt"), device, bias=True)
+    assert tma.descriptor_problem("out", gemm.out) is not None
+    assert launch_error(VARIANTS[name], gemm, CONFIGS[name]) <= DTYPES[dtype].tolerance
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_column_major_output(name, device):
+    gemm = poisoned_gemm(Shape(40, 48, 64, "fp16", "tn"), device)
+    out = torch.full((48, 40), float("nan"), dtype=torch.float16, device=device).t()
+    gemm = dataclasses.replace(gemm, out=out)
+    assert launch_error(VARIANTS[name], gemm, CONFIGS[name]) <= DTYPES["fp16"].tolerance
+
+
+@pytest.mark.parametrize("subtile", (0, 1))
+@pytest.mark.parametrize("layout", ("nn", "tt"))
+@pytest.mark.parametrize("name", VARIANTS)
+def test_bias(name, layout, subtile, device):
+    """Each output half of a subtiled store adds its own columns of the bias."""
+    gemm = poisoned_gemm(Shape(40, 56, 72, "bf16", layout), device, bias=True)
+    config = {**CONFIGS[name], "EPILOGUE_SUBTILE": subtile} if name == "persistent" \
+        else CONFIGS[name]
+    assert launch_error(VARIANTS[name], gemm, config) <= DTYPES["bf16"].tolerance
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_tf32_opt_in_stays_within_tf32_tolerance(name, device):
+    gemm = poisoned_gemm(Shape(48, 40, 96, "fp32", "nt"), device, allow_tf32=True)
+    assert launch_error(VARIANTS[name], gemm, CONFIGS[name]) <= TF32_TOLERANCE
+
+
+@pytest.mark.parametrize("flags", FLAG_VALUES, ids=lambda f: "-".join(map(str, f.values())))
+@pytest.mark.parametrize("dtype", WIDE_DTYPES)
+def test_persistent_flags_with_many_tiles_per_program(flags, dtype, device):
+    """72×80 in 16×16 tiles is 25 tiles, 8 or 9 per program on the interpreter's 3; GROUP_M=2
+    over 5 tile rows leaves a short last group."""
+    shape = Shape(72, 80, 48, dtype, "tn")
+    gemm = poisoned_gemm(shape, device, bias=True)
+    config = {**BLOCKS, "BLOCK_N": 16, "BLOCK_K": 16, **flags}
+    if device == "cpu":
+        assert persistent.num_sms(gemm.a.device) == persistent.INTERPRETER_PROGRAMS == 3
+    if flags["WARP_SPECIALIZE"] and (flags["FLATTEN"] or config["num_warps"] != 4):
+        # Triton would build the plain loop: a duplicate of WARP_SPECIALIZE=0, refused.
+        assert "WARP_SPECIALIZE takes effect only" in PERSISTENT.unsupported(gemm, config)
+        return
+    assert launch_error(PERSISTENT, gemm, config) <= DTYPES[dtype].tolerance
+
+
+@pytest.mark.parametrize("group_m", (1, 3, 8))
+def test_persistent_tile_orders(group_m, device):
+    gemm = poisoned_gemm(Shape(88, 64, 40, "fp16", "nn"), device)
+    config = {**CONFIGS["persistent"], "BLOCK_N": 16, "GROUP_M": group_m}
+    assert launch_error(PERSISTENT, gemm, config) <= DTYPES["fp16"].tolerance
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_unsupported_names_what_tma_cannot_address(name):
+    def reason(gemm: Gemm) -> str | None:
+        return VARIANTS[name].unsupported(gemm, CONFIGS[name])
+
+    def reason_for(a: torch.Tensor, b: torch.Tensor) -> str | None:
+        return reason(Gemm(a, b, torch.empty(a.shape[0], b.shape[1], dtype=a.dtype)))
+
+    # K=71 fp16: A's rows are 142 bytes apart; in `tt`, A's are not but B's (stored N×K) are.
+    unaligned_k = reason(meta_gemm(Shape(32, 48, 71, "fp16", "nn")))
+    assert "A's stride of 71 elements (142 bytes)" in unaligned_k
+    assert "B's stride" in reason(meta_gemm(Shape(32, 48, 71, "fp16", "tt")))
+    # fp32 needs K a multiple of 4, fp16 of 8, fp8 of 16.
+    assert reason(meta_gemm(Shape(32, 48, 68, "fp32", "nn"))) is None
+    assert reason(meta_gemm(Shape(32, 48, 68, "fp16", "nn"))) is not None
+    assert reason(meta_gemm(Shape(32, 48, 72, "fp8e4m3", "nn"))) is not None
+
+    storage = torch.randn(32, 64, dtype=torch.float16)
+    b = torch.randn(32, 16, dtype=torch.float16)
+    assert "no unit stride" in reason_for(storage[:, ::2], b)
+    assert "not 16-byte aligned" in reason_for(storage[:, 1:33], b)
+    assert reason_for(storage[:, 8:40], b) is None  # 16 bytes in: aligned
+    # The output never rules TMA out: an unaligned one is stored through pointers.
+    assert reason(meta_gemm(Shape(32, 53, 72, "fp16", "nt"))) is None
+
+
+def test_persistent_refuses_every_config_when_tl_range_lacks_an_option(monkeypatch):
+    monkeypatch.setattr(persistent, "_MISSING_RANGE_OPTIONS", ("warp_specialize",))
+    gemm = meta_gemm(Shape(64, 64, 64, "fp16", "nn"))
+    for flags in FLAG_VALUES:
+        reason = PERSISTENT.unsupported(gemm, {**BLOCKS, **flags})
+        assert reason is not None and "warp_specialize=" in reason
+
+
+def test_installed_triton_has_every_persistent_option():
+    assert persistent._MISSING_RANGE_OPTIONS == ()
+
+
+def test_params():
+    assert TMA.params == ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
+    assert PERSISTENT.params == (*TMA.params, "WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")
+
+
+def test_num_sms_off_cuda_is_small():
+    assert persistent.num_sms(torch.device("meta")) == persistent.INTERPRETER_PROGRAMS
+
+
+def test_smem_estimates_match_what_triton_reported():
+    """Triton 3.6 and 3.9 on sm_90, fp16, 3 stages (the formulas leave out barriers)."""
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
+           "num_warps": 8}
+    flags = dict.fromkeys(FLAGS, 0)
+    assert TMA.smem_bytes(big, 2) == 98304  # reported 98328: the store reuses the pipeline
+    assert PERSISTENT.smem_bytes({**big, **flags}, 2) == 131072  # 131096
+    assert PERSISTENT.smem_bytes({**big, **flags, "EPILOGUE_SUBTILE": 1}, 2) == 114688  # 114712
+    warp_specialized = {**big, **flags, "BLOCK_M": 64, "num_warps": 4, "WARP_SPECIALIZE": 1}
+    assert PERSISTENT.smem_bytes(warp_specialized, 2) == 106496  # 106592
+    # fp8 inputs: 1-byte tiles, a 2-byte (bf16) output.
+    assert PERSISTENT.smem_bytes({**big, **flags}, 1) == 3 * 16384 + 128 * 128 * 2
+
+
+# -- on the GPU machine ---------------------------------------------------------------------
+GPU_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
+              "num_warps": 8}
+GPU_CONFIGS = {"tma": GPU_CONFIG,
+               **{f"persistent-{'-'.join(map(str, f.values()))}": {**GPU_CONFIG, **f}
+                  for f in FLAG_VALUES if not f["WARP_SPECIALIZE"]}}
+
+
+def gpu_variant(config_name: str):
+    return TMA if config_name == "tma" else PERSISTENT
+
+
+def gpu_config(config_name: str, dtype: str) -> dict:
+    """fp32 tiles are twice as wide: a smaller BLOCK_K keeps them within shared memory."""
+    config = GPU_CONFIGS[config_name]
+    return {**config, "BLOCK_K": 32} if dtype == "fp32" else config
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("config_name", GPU_CONFIGS)
+def test_gpu_matches_reference(config_name, layout, dtype):
+    gemm = poisoned_gemm(Shape(512, 384, 1024, dtype, layout), "cuda", bias=True)
+    error = launch_error(gpu_variant(config_name), gemm, gpu_config(config_name, dtype))
+    assert error <= DTYPES[dtype].tolerance
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", VARIANTS)
+def test_gpu_ragged_shape_with_pointer_store(name):
+    gemm = poisoned_gemm(Shape(1000, 777, 1032, "bf16", "nt"), "cuda", bias=True)
+    config = {**GPU_CONFIG, **(dict.fromkeys(FLAGS, 0) if name == "persistent" else {})}
+    assert launch_error(VARIANTS[name], gemm, config) <= DTYPES["bf16"].tolerance
+
+
+@pytest.mark.gpu
+def test_gpu_warp_specialized_persistent_matches_reference():
+    """The config Hopper really warp-specializes: num_warps=4, FLATTEN=0, BLOCK_M=64."""
+    config = {**GPU_CONFIG, "BLOCK_M": 64, "num_warps": 4, "WARP_SPECIALIZE": 1, "FLATTEN": 0,
+              "EPILOGUE_SUBTILE": 0}
+    gemm = poisoned_gemm(Shape(512, 384, 1024, "fp16", "nt"), "cuda")
+    assert launch_error(PERSISTENT, gemm, config) <= DTYPES["fp16"].tolerance
+
+
+@pytest.mark.gpu
+def test_gpu_fp32_is_ieee_unless_tf32_is_allowed():
+    config = gpu_config("tma", "fp32")
+    shape = Shape(256, 256, 1024, "fp32", "nn")
+    assert launch_error(TMA, poisoned_gemm(shape, "cuda"), config) < 1e-5 < \
+        launch_error(TMA, poisoned_gemm(shape, "cuda", allow_tf32=True), config)
+
+
+def _kernel_of(config_name: str):
+    return tma._tma_kernel if config_name == "tma" else persistent._persistent_kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("config_name", ("tma", "persistent-0-1-1"))
+def test_gpu_compile_on_meta_tensors_is_what_the_launch_runs(config_name, layout):
+    """A compile on meta tensors (as in a compile worker) builds the binary the real launch
+    then finds, so the launch compiles nothing more."""
+    shape = Shape(512, 384, 1024, "fp16", layout)
+    variant, config = gpu_variant(config_name), gpu_config(config_name, "fp16")
+    cache = _kernel_of(config_name).device_caches[torch.cuda.current_device()][0]
+    variant.launch(meta_gemm(shape), config, True)
+    compiled = len(cache)
+    gemm = poisoned_gemm(shape, "cuda")
+    assert launch_error(variant, gemm, config) <= DTYPES["fp16"].tolerance
+    assert len(cache) == compiled
