@@ -18,8 +18,8 @@ from tuner.export import write_atomic
 from tuner.runtime import TABLE_FORMAT, get_tuned_config
 
 STRATEGY = dict.fromkeys(KEY_FIELDS, "align32") | {"dtype": "default"}
-CONFIG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
-          "num_warps": 8}
+CONFIG = {"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
+          "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
 
 
 def main() -> int:

@@ -15,6 +15,16 @@ _INT32_MAX = 2**31 - 1
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in plain Python: triton.cdiv is a jit function, microseconds per host call."""
+    return -(-a // b)
+
+
+def tile_count(M: int, N: int, tunables: Mapping[str, int]) -> int:
+    """Output tiles of BLOCK_M x BLOCK_N covering an M x N result."""
+    return cdiv(M, tunables["BLOCK_M"]) * cdiv(N, tunables["BLOCK_N"])
+
+
 def needs_int64(*tensors: torch.Tensor) -> bool:
     """True if an element offset of any tensor may not fit in int32.
 
@@ -24,10 +34,13 @@ def needs_int64(*tensors: torch.Tensor) -> bool:
     more than 2**31 elements always get int64: their largest offset is at least numel - 1.
     Decided per launch because int64 index arithmetic is slower and most GEMMs don't need it.
     """
-    return any(
-        sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) > _INT32_MAX
-        for t in tensors
-    )
+    for t in tensors:  # plain loops: this runs on every dispatcher call
+        largest = 0
+        for size, stride in zip(t.shape, t.stride()):
+            largest += (size - 1) * stride
+        if largest > _INT32_MAX:
+            return True
+    return False
 
 
 def epilogue_args(gemm: Gemm) -> tuple[tuple, dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from tuner.kernels._launch import epilogue_args, needs_int64
+from tuner.kernels._launch import cdiv, epilogue_args, needs_int64
 from tuner.kernels.base import Gemm, Variant, start
 
 
@@ -78,7 +78,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     # The bias runs along N: one value for all of y when N == 1, one per element of y else.
     stride_bias = 0 if gemm.bias is None or gemm.mnk[1] == 1 else bias.stride(0)
     args = (a, x, y, M, K, *a.stride(), x.stride(0), y.stride(0), bias, stride_bias, *scales)
-    start(_gemv_kernel, (triton.cdiv(M, tunables["BLOCK_M"]),), args, dict(
+    start(_gemv_kernel, (cdiv(M, tunables["BLOCK_M"]),), args, dict(
         EVEN_K=K % tunables["BLOCK_K"] == 0,
         INT64_OFFSETS=needs_int64(a, x, y),
         **epilogue_flags,

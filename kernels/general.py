@@ -13,7 +13,13 @@ import triton
 import triton.language as tl
 
 from tuner.kernels._epilogue import apply_epilogue
-from tuner.kernels._launch import dot_options, epilogue_args, needs_int64, tile_smem_bytes
+from tuner.kernels._launch import (
+    dot_options,
+    epilogue_args,
+    needs_int64,
+    tile_count,
+    tile_smem_bytes,
+)
 from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant, start
 
@@ -63,7 +69,7 @@ def _matmul_kernel(
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     a, b, out = gemm.a, gemm.b, gemm.out
     (M, N, K) = gemm.mnk
-    grid = (triton.cdiv(M, tunables["BLOCK_M"]) * triton.cdiv(N, tunables["BLOCK_N"]),)
+    grid = (tile_count(M, N, tunables),)
     epilogue, epilogue_flags = epilogue_args(gemm)
     args = (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride(), *epilogue)
     start(_matmul_kernel, grid, args, dict(

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from tuner.kernels import tma
-from tuner.kernels._launch import tile_smem_bytes
+from tuner.kernels._launch import tile_count, tile_smem_bytes
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import Gemm, Variant, start
 from tuner.kernels.tma import store_tile, tile_product
@@ -126,7 +126,7 @@ def _stored_block_n(tunables: Mapping[str, int]) -> int:
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     M, N, _ = gemm.mnk
     programs = num_sms(gemm.a.device)
-    tiles = triton.cdiv(M, tunables["BLOCK_M"]) * triton.cdiv(N, tunables["BLOCK_N"])
+    tiles = tile_count(M, N, tunables)
     args, constexprs = tma.descriptor_args(gemm, tunables, _stored_block_n(tunables))
     flags = {p: bool(tunables[p]) for p in FLAGS}  # tl.range's options are bools
     # tunables: BLOCK_M/N/K and GROUP_M constexprs; num_stages and num_warps options

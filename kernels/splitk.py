@@ -26,7 +26,14 @@ import triton
 import triton.language as tl
 
 from tuner.kernels._epilogue import apply_epilogue
-from tuner.kernels._launch import dot_options, epilogue_args, needs_int64, tile_smem_bytes
+from tuner.kernels._launch import (
+    cdiv,
+    dot_options,
+    epilogue_args,
+    needs_int64,
+    tile_count,
+    tile_smem_bytes,
+)
 from tuner.kernels._mainloop import accumulate_k_steps
 from tuner.kernels.base import Gemm, Variant, start
 from tuner.kernels.workspace import WORKSPACE
@@ -145,7 +152,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     workspace = _workspace(gemm, tunables["SPLIT_K"], bool(tunables["ATOMIC"]))
     int64 = needs_int64(a, b, out, workspace)
 
-    tiles = triton.cdiv(M, tunables["BLOCK_M"]) * triton.cdiv(N, tunables["BLOCK_N"])
+    tiles = tile_count(M, N, tunables)
     start(_partials_kernel, (tiles, tunables["SPLIT_K"]),
           (a, b, workspace, M, N, K, *a.stride(), *b.stride()), dict(
               EVEN_K=K % tunables["BLOCK_K"] == 0,
@@ -155,7 +162,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
           ), compile_only)
 
     epilogue, epilogue_flags = epilogue_args(gemm)
-    finish_tiles = triton.cdiv(M, FINISH_BLOCK_M) * triton.cdiv(N, FINISH_BLOCK_N)
+    finish_tiles = cdiv(M, FINISH_BLOCK_M) * cdiv(N, FINISH_BLOCK_N)
     start(_finish_kernel, (finish_tiles,),
           (workspace, out, M, N, workspace.shape[0], *out.stride(), *epilogue), dict(
               BLOCK_M=FINISH_BLOCK_M, BLOCK_N=FINISH_BLOCK_N, num_warps=FINISH_WARPS,
@@ -173,7 +180,7 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     K = gemm.mnk[2]
     if K <= MIN_BLOCK_K:
         return f"split-K needs K > {MIN_BLOCK_K}, not {K}"
-    steps = triton.cdiv(K, tunables["BLOCK_K"])
+    steps = cdiv(K, tunables["BLOCK_K"])
     if tunables["SPLIT_K"] > steps:
         return (f"SPLIT_K {tunables['SPLIT_K']} > {steps} BLOCK_K steps of K={K}: "
                 "some splits would get no work")

@@ -38,7 +38,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tuner.kernels._epilogue import apply_epilogue
-from tuner.kernels._launch import dot_options, epilogue_args, tile_smem_bytes
+from tuner.kernels._launch import dot_options, epilogue_args, tile_count, tile_smem_bytes
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant, start
 from tuner.kernels.padding import is_transposed
@@ -176,7 +176,7 @@ def descriptor_args(gemm: Gemm, tunables: Mapping[str, int],
 
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     M, N, _ = gemm.mnk
-    grid = (triton.cdiv(M, tunables["BLOCK_M"]) * triton.cdiv(N, tunables["BLOCK_N"]),)
+    grid = (tile_count(M, N, tunables),)
     args, constexprs = descriptor_args(gemm, tunables, tunables["BLOCK_N"])
     # tunables: BLOCK_M/N/K and GROUP_M constexprs; num_stages and num_warps options
     start(_tma_kernel, grid, args, {**constexprs, **tunables}, compile_only)
