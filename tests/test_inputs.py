@@ -132,6 +132,9 @@ def test_conditional_space_draws_only_the_chosen_variants_parameters(tmp_path):
     assert space.size == 8 + 8 * 3  # general: 2*2*2; splitk: the same times 3 SPLIT_K values
     general = FixedTrial()
     assert "SPLIT_K" not in space.suggest(general) and "SPLIT_K" not in general.asked
+    configs = list(space.configs())
+    assert len(configs) == space.size == len({tuple(c.items()) for c in configs})
+    assert all(("SPLIT_K" in c) == (c["variant"] == "splitk") for c in configs)
     config = space.suggest(FixedTrial(variant="splitk", SPLIT_K=8))
     assert config["variant"] == "splitk" and config["SPLIT_K"] == 8
     assert list(config)[:2] == ["variant", "pad"]

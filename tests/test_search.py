@@ -60,12 +60,14 @@ def world(tmp_path):
     kernel_row = store.kernel("mm", "abc")
     run = store.start_run(device, "gpu", ["tune"])
 
-    def runner(executor, trials, timeout=None, retune=False, space=SPACE):
+    def runner(executor, trials, timeout=None, retune=False, space=SPACE, patience=None,
+               warm_start=()):
         record = store.open_study(device, kernel_row, store.space(space), SHAPE.key(), SHAPE,
                                   seed=3, retune=retune)
         return StudyRunner(store, optuna_storage(url), executor, 0, run, device, kernel_row,
                            record, KERNELS["mm"], space, SHAPE, 232448,
-                           StudyBudget(trials, timeout, 3, batch=4), lambda *a: None), record
+                           StudyBudget(trials, timeout, 3, batch=4, patience=patience),
+                           lambda *a: None, warm_start=warm_start), record
     return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row)
 
 
@@ -141,3 +143,23 @@ def test_conditional_space_and_infeasible_configs_cost_no_budget(world):
     assert variants == {"general", "splitk"}
     for c in executor.compiled:
         assert ("SPLIT_K" in c) == (c["variant"] == "splitk")
+
+
+def test_warm_start_configs_are_tried_first(world):
+    best = {"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
+            "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    executor = ScriptedExecutor()
+    world.runner(executor, trials=4, warm_start=[best])[0].run()
+    assert executor.compiled[0] == best
+
+
+def test_patience_stops_a_study_that_no_longer_improves(world):
+    """The warm start hands the study the space's fastest config first: nothing can beat it,
+    so with patience 3 the study stops after that config and three more."""
+    best = {"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
+            "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    executor = ScriptedExecutor()
+    runner, record = world.runner(executor, trials=20, patience=3, warm_start=[best])
+    runner.run()
+    assert executor.compiled[0] == best
+    assert len(executor.compiled) == 4 < 20

@@ -205,3 +205,19 @@ def test_runtime_imports_neither_optuna_nor_sqlalchemy():
             "print(sorted(m for m in ('optuna', 'sqlalchemy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_warm_start_takes_the_nearest_winners_the_space_holds(store):
+    from tuner.warmstart import in_space, nearest_winner_configs
+    device, kernel, *_ = tune_fake(store, H100, SQUARE, [(config(128, 128, 64), ok(0.2, 690.0))])
+    tune_fake(store, H100, SMALL_M, [(config(32, 64, 64, 3, 4), ok(0.02, 25.0))])
+    tune_fake(store, H100, DECODE, [(config(64, 64, 32, pad=64), ok(0.02, 25.0))])  # pad 64:
+    # not in SPACE (pad [0]), so never proposed to a study of that space
+    near_square = Shape(4096, 6144, 4096, "bf16", "nn")
+    configs = nearest_winner_configs(store, device, kernel, SPACE, near_square)
+    assert configs == [config(128, 128, 64), config(32, 64, 64, 3, 4)]
+    assert all(in_space(c, SPACE) for c in configs)
+    assert nearest_winner_configs(store, device, kernel, SPACE,
+                                  Shape(16, 4096, 4096, "fp16", "nn")) == []  # other dtype
+    assert nearest_winner_configs(store, device, kernel, SPACE, near_square, count=1) == \
+        [config(128, 128, 64)]

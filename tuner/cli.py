@@ -67,6 +67,8 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
               help="Trials per study (one study per bucketed key).")
 @click.option("--timeout", "timeout_s", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Seconds per study, at most.")
+@click.option("--patience", default=None, type=click.IntRange(min=1),
+              help="Stop a study after this many trials in a row without a 0.5% gain.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the sampler and inputs.")
 @db_option
 @click.option("--retune", is_flag=True, help="Tune keys again even if already tuned.")
@@ -85,7 +87,7 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
               type=click.FloatRange(min=0, min_open=True),
               help="Seconds one config may compile; past it the trial is a 'timeout'.")
 @one_line_errors
-def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backend_name,
+def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, retune, backend_name,
         devices_text, jobs, batch, compile_timeout_s):
     """Tune every shape listed in --shapes and store every trial in the database."""
     shapes = load_shapes(shapes_path)
@@ -128,9 +130,8 @@ def run(shapes_path, space_paths, trials, timeout_s, seed, db_url, retune, backe
         click.echo(f"{len(shapes)} shapes -> {len(plans)} studies on {where}, {trials} trials "
                    f"each (configs in space: {sizes})", err=True)
         with RichReporter(len(plans)) as reporter:
-            job = TuneJob(store, storage, executor, spaces, StudyBudget(trials, timeout_s, seed,
-                                                                        batch),
-                          retune, reporter)
+            budget = StudyBudget(trials, timeout_s, seed, batch, patience)
+            job = TuneJob(store, storage, executor, spaces, budget, retune, reporter)
             summary = job.run(plans, sys.argv)
     finally:
         executor.close()

@@ -23,6 +23,7 @@ from tuner.kernels.base import config_label
 from tuner.planning import KeyPlan
 from tuner.search import StudyBudget, StudyRunner
 from tuner.space import SearchSpace
+from tuner.warmstart import nearest_winner_configs
 
 CLAIM_LEASE_S = 300.0
 
@@ -172,12 +173,15 @@ class TuneJob:
             record = self.store.open_study(self.device, kernel_row, space_row, plan.key,
                                            plan.shape, self.budget.seed, self.retune)
             self.reporter.key_started(plan, self.budget.trials)
+            space = self.spaces[plan.kernel]
             runner = StudyRunner(
                 self.store, self.storage, self.executor, slot, self.run_row, self.device,
-                kernel_row, record, KERNELS[plan.kernel], self.spaces[plan.kernel], plan.shape,
+                kernel_row, record, KERNELS[plan.kernel], space, plan.shape,
                 self.smem_limit, self.budget,
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
-                keep_going=lambda: not self.stop.is_set())
+                keep_going=lambda: not self.stop.is_set(),
+                warm_start=nearest_winner_configs(self.store, self.device, kernel_row, space,
+                                                  plan.shape))
             outcome = runner.run()
             if self.stop.is_set():
                 return  # interrupted: the study stays open and resumes next time

@@ -6,13 +6,15 @@ found among the stored trials (told again) or redone first (re-enqueued). The sa
 seeded, with the constant liar so that a batch asked at once spreads out; each config draws
 the variant first and then only that variant's parameters (SearchSpace.suggest). Configs
 known to fail for this specialization are skipped without compiling or timing, and configs
-found infeasible before compiling do not count against the trial budget. At the end the top
-configs are re-timed side by side, and the winner is the best of that re-timing.
+found infeasible before compiling do not count against the trial budget. A new study first
+tries the configs it is given to warm-start from (tuner.warmstart), and a study may stop early
+once `patience` trials in a row bring no improvement. At the end the top configs are re-timed
+side by side, and the winner is the best of that re-timing.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import optuna
@@ -42,6 +44,11 @@ class StudyBudget:
     timeout_s: float | None
     seed: int
     batch: int = 8
+    # Stop once this many trials in a row improved the best by no more than IMPROVEMENT.
+    patience: int | None = None
+
+
+IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% TFLOP/s
 
 
 @dataclass(frozen=True)
@@ -62,11 +69,13 @@ class StudyRunner:
                  device: Device, kernel_row: KernelVersion, record: Study, kernel: Kernel,
                  space: SearchSpace, shape: Shape, smem_limit: int, budget: StudyBudget,
                  on_trial: Callable[[int, TrialResult], None],
-                 keep_going: Callable[[], bool] = lambda: True):
+                 keep_going: Callable[[], bool] = lambda: True,
+                 warm_start: Sequence[dict] = ()):
         self.store, self.storage, self.executor, self.slot = store, storage, executor, slot
         self.run_row, self.device, self.kernel_row, self.record = run, device, kernel_row, record
         self.kernel, self.space, self.shape, self.budget = kernel, space, shape, budget
         self.smem_limit, self.on_trial, self.keep_going = smem_limit, on_trial, keep_going
+        self.warm_start = warm_start  # configs a new study tries first (tuner.warmstart)
         self.itemsize = DTYPES[shape.dtype].torch.itemsize
         self.specialization = specialization(shape.key())
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
@@ -77,6 +86,19 @@ class StudyRunner:
     def attempted(self) -> int:
         """Trials that cost a compile or more: what the trial budget counts."""
         return sum(t.status != "infeasible" for t in self.stored.values())
+
+    def stalled(self) -> bool:
+        """True when the last `patience` attempted trials brought no real improvement."""
+        if self.budget.patience is None:
+            return False
+        best, since = 0.0, 0
+        for trial in sorted(self.stored.values(), key=lambda t: t.number):
+            if trial.status == "infeasible":
+                continue
+            since += 1
+            if trial.status == "ok" and trial.tflops > best * (1 + IMPROVEMENT):
+                best, since = trial.tflops, 0
+        return since >= self.budget.patience
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _store(self, params: dict, result: TrialResult) -> Trial:
@@ -148,6 +170,9 @@ class StudyRunner:
     def run(self) -> StudyOutcome:
         study = self._open()
         self.stored = {_signature(t.params): t for t in self.store.trials_of(self.record)}
+        if not study.get_trials(deepcopy=False):  # a new study: known-good configs first
+            for config in self.warm_start:
+                study.enqueue_trial(config, skip_if_exists=True)
         self._settle_interrupted(study)
         known_failures = self.store.known_failures(self.device, self.kernel_row,
                                                    self.specialization)
@@ -155,6 +180,7 @@ class StudyRunner:
                     else time.monotonic() + self.budget.timeout_s)
         while (self.attempted < self.budget.trials and len(self.stored) < self.space.size
                and self.asks < self.budget.trials * ASKS_PER_TRIAL and self.keep_going()
+               and not self.stalled()
                and (deadline is None or time.monotonic() < deadline)):
             batch = self._ask_batch(study, known_failures)
             if batch:

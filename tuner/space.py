@@ -10,6 +10,7 @@ runs.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -51,6 +52,13 @@ class SearchSpace:
         """How many distinct configs the space holds, summed over its variants."""
         return sum(math.prod(len(self.params[p]) for p in params if p != "variant")
                    for params in self.variant_params.values())
+
+    def configs(self):
+        """Every config of the space, variant by variant (`size` of them), in a fixed order."""
+        for variant, names in self.variant_params.items():
+            names = names[1:]
+            for values in itertools.product(*(self.params[n] for n in names)):
+                yield {"variant": variant, **dict(zip(names, values))}
 
     def suggest(self, trial) -> dict:
         """Draw one config from an Optuna trial: the variant first, then only its parameters.

@@ -1,0 +1,49 @@
+"""Configs every new study tries first: the winners of the nearest keys already tuned.
+
+Tuning a shape next to known ones should converge in a few trials, because neighbouring
+shapes (4096×4096×4096 and 4096×6144×4096) tend to share their best tiles. So a new study
+enqueues (Optuna's enqueue_trial) the winning configs of the nearest tuned keys on the same
+device, with the same kernel source and dtype, nearest first by distance in log M, N, K.
+Only configs the study's space holds are kept: a winner from another space may have values
+this one does not search.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from tuner.db.models import Device, KernelVersion, Winner
+from tuner.db.store import Store
+from tuner.shapes import Shape
+from tuner.space import SearchSpace
+
+NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
+
+
+def _log_distance(key: Mapping, shape: Shape) -> float:
+    return math.sqrt(sum(math.log2(max(key[f], 1) / max(getattr(shape, f), 1)) ** 2
+                         for f in ("M", "N", "K")))
+
+
+def in_space(config: Mapping, space: SearchSpace) -> bool:
+    """True when the space can propose exactly this config."""
+    names = space.variant_params.get(config.get("variant"))
+    return (names is not None and set(config) == set(names)
+            and all(config[n] in space.params[n] for n in names if n != "variant"))
+
+
+def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
+                           space: SearchSpace, shape: Shape,
+                           count: int = NEAREST_WINNERS) -> list[dict]:
+    """Distinct winning configs of the nearest tuned keys, nearest first, at most `count`."""
+    candidates: list[tuple[float, Winner]] = [
+        (_log_distance(w.key, shape), w) for w in store.winners([device.id])
+        if w.kernel.id == kernel.id and w.key["dtype"] == shape.dtype]
+    configs: list[dict] = []
+    for _, winner in sorted(candidates, key=lambda pair: pair[0]):
+        config = dict(winner.trial.params)
+        if config not in configs and in_space(config, space):
+            configs.append(config)
+        if len(configs) == count:
+            break
+    return configs
