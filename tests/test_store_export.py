@@ -17,9 +17,11 @@ from tuner.export import (
     EXPAND_OP_NAMES,
     ExportError,
     current_only,
+    device_block,
     expand_document,
     select_device,
     table_document,
+    winner_picks,
     write_atomic,
 )
 from tuner.shapes import Shape
@@ -128,7 +130,7 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
                                       ok(0.01, 30.0))])
     device, winners = select_device(store.winners(), None)
 
-    expand = expand_document(winners)
+    expand = expand_document(winner_picks(winners))
     assert set(expand) == {"mm_general_tma", "mm_splitk"}
     space, strategy = expand[EXPAND_OP_NAMES["general"]]
     assert space["config"] is None
@@ -142,7 +144,8 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
     assert "pad" not in space and "variant" not in space  # FlagGems has neither
 
     path = tmp_path / "out" / "tuned.yaml"
-    write_atomic(path, table_document(device, winners))
+    write_atomic(path, table_document(device_block(device), winner_picks(winners),
+                                      {"mm": "abc"}))
     doc = yaml.safe_load(path.read_text())
     assert doc["device"]["name"] == H100.name and doc["device"]["triton"] == "3.6"
     (entry,) = [e for e in doc["ops"]["mm"]["entries"] if e["tuned_shape"].startswith("4096")]

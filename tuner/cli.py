@@ -165,13 +165,21 @@ def _winners(db_url, device_selector):
 @one_line_errors
 def export(fmt, output, db_url, device_selector):
     """Write the winners of one device as YAML for deployments."""
-    from tuner.export import expand_document, table_document, write_atomic
+    from tuner.export import (
+        device_block,
+        expand_document,
+        table_document,
+        winner_picks,
+        write_atomic,
+    )
 
     device, winners = _winners(db_url, device_selector)
+    picks = winner_picks(winners)
     if fmt == "expand":
-        doc = expand_document(winners)
+        doc = expand_document(picks)
     else:
-        doc = table_document(device, winners)
+        doc = table_document(device_block(device), picks,
+                             {w.kernel.name: w.kernel.source_hash for w in winners})
     write_atomic(output, doc)
     click.echo(f"wrote {len(winners)} winners of {device.name} to {output} ({fmt})", err=True)
 

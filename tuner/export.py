@@ -1,13 +1,16 @@
-"""Writing the winners out for deployments, in FlagGems' expand schema or our exact table.
+"""Writing the chosen configs out for deployments, in FlagGems' expand schema or our table.
 
 The expand YAML narrows FlagGems' search to the values that won, with the bucketing strategy
 FlagGems should apply. The table YAML is exact, one row per bucketed key, with provenance,
-for `tuner.runtime.get_tuned_config`. Files are replaced atomically: a reader never sees half.
+for `tuner.runtime.get_tuned_config`. Both are written from `Pick`s: the tuned winners of a
+device (`winner_picks`) or the analytical model's choices (`tune suggest`), so the two
+exports never differ in form. Files are replaced atomically: a reader never sees half.
 """
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -54,17 +57,45 @@ def current_only(winners: list[Winner], source_hashes: dict[str, str]) -> tuple[
     return current, len(winners) - len(current)
 
 
-def _grouped(winners: list[Winner], op_of) -> dict[str, list[Winner]]:
-    groups: dict[str, list[Winner]] = {}
+@dataclass(frozen=True)
+class Pick:
+    """One exported row: the config for a bucketed key of a kernel, and where it came from."""
+    kernel: str
+    key: dict
+    config: dict
+    strategy: dict  # the bucketing strategy of the space it was chosen in
+    provenance: dict  # measured times and errors, or the model's prediction
+
+
+def winner_picks(winners: list[Winner]) -> list[Pick]:
+    """The tuned winners as picks, with their measurements as provenance."""
+    picks = []
     for w in winners:
-        groups.setdefault(op_of(w), []).append(w)
+        t, study = w.trial, w.study
+        picks.append(Pick(w.kernel.name, w.key, dict(t.params), dict(study.space.strategy), {
+            "tuned_shape": study.shape_label,
+            "ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
+            "tflops": t.tflops,
+            "cublas_ms": study.baseline_ms,
+            "rel_error": t.rel_error,
+            "timing": t.timing_method,
+            "space_hash": study.space.hash,
+            "tuned_at": t.created_at.isoformat(timespec="seconds"),
+        }))
+    return picks
+
+
+def _grouped(picks: list[Pick], op_of) -> dict[str, list[Pick]]:
+    groups: dict[str, list[Pick]] = {}
+    for pick in picks:
+        groups.setdefault(op_of(pick), []).append(pick)
     return groups
 
 
-def _strategy(op: str, winners: list[Winner]) -> dict:
-    strategies = {tuple(w.study.space.strategy[f] for f in KEY_FIELDS) for w in winners}
+def _strategy(op: str, picks: list[Pick]) -> dict:
+    strategies = {tuple(p.strategy[f] for f in KEY_FIELDS) for p in picks}
     if len(strategies) > 1:
-        raise ExportError(f"{op} winners were tuned with {len(strategies)} different "
+        raise ExportError(f"{op} configs were chosen with {len(strategies)} different "
                           "bucketing strategies; one export holds one strategy per op")
     return dict(zip(KEY_FIELDS, strategies.pop()))
 
@@ -73,60 +104,48 @@ def _yaml_name(param: str) -> str:
     return _LAUNCH_OPTION_NAMES.get(param, param.lower())
 
 
-def _expand_op(w: Winner) -> str:
-    """The FlagGems op a winner belongs to (a plugin kernel's variants keep their own name)."""
-    variant = w.trial.params["variant"]
-    return EXPAND_OP_NAMES.get(variant, f"{w.kernel.name}_{variant}")
+def _expand_op(pick: Pick) -> str:
+    """The FlagGems op a pick belongs to (a plugin kernel's variants keep their own name)."""
+    variant = pick.config["variant"]
+    return EXPAND_OP_NAMES.get(variant, f"{pick.kernel}_{variant}")
 
 
-def expand_document(winners: list[Winner]) -> dict:
-    """Per FlagGems op, the values its winners use. FlagGems has no variant or pad
-    parameter: the op name carries the variant, and padded winners export their tiles."""
+def expand_document(picks: list[Pick]) -> dict:
+    """Per FlagGems op, the values its picks use. FlagGems has no variant or pad parameter:
+    the op name carries the variant, and padded picks export their tiles."""
     doc = {}
-    for op, group in _grouped(winners, _expand_op).items():
-        params = tuple(dict.fromkeys(p for w in group for p in w.trial.params
+    for op, group in _grouped(picks, _expand_op).items():
+        params = tuple(dict.fromkeys(p for pick in group for p in pick.config
                                      if p not in KERNEL_PARAMS))
         meta = [p for p in params if p not in _LAUNCH_OPTION_NAMES]
         space = {"config": None, "param_map": {
             "META": {p: _yaml_name(p) for p in meta},
             **{p: _yaml_name(p) for p in params if p in _LAUNCH_OPTION_NAMES}}}
         for p in params:
-            space[_yaml_name(p)] = sorted({w.trial.params[p] for w in group
-                                           if p in w.trial.params})
+            space[_yaml_name(p)] = sorted({pick.config[p] for pick in group
+                                           if p in pick.config})
         doc[op] = [space, {"strategy": _strategy(op, group)}]
     return doc
 
 
-def _device_block(device: Device) -> dict:
+def device_block(device: Device) -> dict:
     return {"name": device.name, "fingerprint": device.fingerprint,
             "compute_capability": device.compute_capability, "sm_count": device.sm_count,
             "driver": device.driver, "cuda": device.cuda, "torch": device.torch_version,
             "triton": device.triton_version}
 
 
-def table_document(device: Device, winners: list[Winner]) -> dict:
+def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str]) -> dict:
+    """The exact table: per kernel, its strategy and source hash, and one entry per key."""
     ops = {}
-    for kernel, group in _grouped(winners, lambda w: w.kernel.name).items():
-        entries = []
-        for w in sorted(group, key=lambda w: tuple(w.key.values())):
-            t, study = w.trial, w.study
-            entries.append({
-                "key": w.key,
-                "config": dict(t.params),
-                "tuned_shape": study.shape_label,
-                "ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
-                "tflops": t.tflops,
-                "cublas_ms": study.baseline_ms,
-                "rel_error": t.rel_error,
-                "timing": t.timing_method,
-                "space_hash": study.space.hash,
-                "tuned_at": t.created_at.isoformat(timespec="seconds"),
-            })
-        ops[kernel] = {"kernel_source_hash": group[0].kernel.source_hash,
+    for kernel, group in _grouped(picks, lambda p: p.kernel).items():
+        entries = [{"key": p.key, "config": p.config, **p.provenance}
+                   for p in sorted(group, key=lambda p: tuple(p.key.values()))]
+        ops[kernel] = {"kernel_source_hash": source_hashes[kernel],
                        "strategy": _strategy(kernel, group), "entries": entries}
     return {"format": TABLE_FORMAT,
             "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "device": _device_block(device), "ops": ops}
+            "device": device, "ops": ops}
 
 
 def write_atomic(path: str | Path, doc: dict) -> None:
