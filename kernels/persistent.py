@@ -21,7 +21,7 @@ feature without it. On Hopper (sm_90), compiling with Triton 3.6 and 3.9 shows t
 specialization takes effect only with num_warps=4 and FLATTEN=0 (other configs build the
 plain loop), and that those configs fail to compile with BLOCK_M=128 (Triton's Hopper warp
 specializer splits the tile in M, which host descriptors' fixed block shapes do not allow:
-triton issue #11587). The tuner records such configs as compile errors.
+triton issue #11587). `unsupported` refuses both kinds before anything compiles.
 
 NUM_SMS is a runtime argument Triton does not specialize on, so a compile on meta tensors
 builds the binary a launch on the device runs. Off CUDA (the interpreter, meta tensors) it is
@@ -115,6 +115,9 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     if tunables["WARP_SPECIALIZE"] and (tunables["num_warps"] != 4 or tunables["FLATTEN"]):
         # Triton builds the plain loop for these: the same binary as WARP_SPECIALIZE=0.
         return "WARP_SPECIALIZE takes effect only with num_warps=4 and FLATTEN=0 on Hopper"
+    if tunables["WARP_SPECIALIZE"] and tunables["BLOCK_M"] >= 128:
+        # Fails to compile with host descriptors on Hopper (triton #11587, see above).
+        return "WARP_SPECIALIZE with BLOCK_M >= 128 does not compile on Hopper (triton #11587)"
     return tma.unsupported(gemm, tunables)
 
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from tests.factories import H100, SMALL_SPACE
 from tuner import runtime
 from tuner.cli import main
+from tuner.shapes import Shape
 
 ROOT = Path(__file__).resolve().parent.parent
 # --backend interpret must own triton's mode; on a GPU machine triton is already compiled-mode.
@@ -72,6 +73,30 @@ def test_patience_ends_studies_early(workdir):
         per_study = db.execute("select count(*) from tuner_trials where status != 'infeasible'"
                                " group by study_id").fetchall()
     assert len(per_study) == 3 and all(n < 30 for (n,) in per_study)
+
+
+def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):
+    from tuner.kernels import KERNELS
+    from tuner.model import device_spec, rank_configs
+    from tuner.space import load_space
+    from tuner.suggest import named_device
+
+    table = workdir / "suggested.yaml"
+    result = CliRunner().invoke(main, [
+        "suggest", "--shapes", str(workdir / "shapes.csv"), "--space", str(workdir / "space.yaml"),
+        "--device", "NVIDIA H200", "-o", str(table)], catch_exceptions=False)
+    assert result.exit_code == 0 and "3 suggested configs for H200 SXM" in result.output
+    doc = yaml.safe_load(table.read_text())
+    assert doc["device"]["fingerprint"] == "model"
+    space = load_space(workdir / "space.yaml",
+                       {n: k.variant_params for n, k in KERNELS.items()})
+    spec = device_spec(named_device("NVIDIA H200"))
+    ((_, best),) = rank_configs(Shape(40, 48, 64, "bf16", "nn"), space, KERNELS["mm"], spec,
+                                k=1)
+    runtime.clear_cache()
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    assert dict(runtime.get_tuned_config("mm", M=40, N=48, K=64, dtype="bf16", stride_am=64,
+                                         stride_bk=48)) == best
 
 
 def test_retune_runs_again(workdir):

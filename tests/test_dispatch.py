@@ -152,3 +152,25 @@ def test_a_tuned_config_that_cannot_run_falls_back_to_the_default(tmp_path, monk
     assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp32"].tolerance
     fallbacks = [w for w in caught if "cannot run" in str(w.message)]
     assert len(fallbacks) == 1 and "some splits would get no work" in str(fallbacks[0].message)
+
+
+def test_a_padded_config_runs_unpadded_on_an_aligned_bucket_mate(tmp_path, monkeypatch,
+                                                                  device):
+    """align32 puts 61×64×64 and 64×64×64 in one bucket; the padded config tuned for the
+    first must not copy operands for the second, which is aligned already."""
+    table = tmp_path / "t.yaml"
+    strategy = dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk"), "align32") | {
+        "dtype": "default"}
+    write_atomic(table, {"format": runtime.TABLE_FORMAT, "ops": {"mm": {
+        "strategy": strategy, "entries": [{
+            "key": {"M": 64, "N": 64, "K": 64, "stride_am": 64, "stride_bk": 64,
+                    "dtype": "fp16"},
+            "config": {"variant": "general", "pad": 16, "BLOCK_M": 16, "BLOCK_N": 32,
+                       "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2, "num_warps": 4}}]}}})
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    for m, pad in ((61, 16), (64, 0)):
+        a, b = random_operands(Shape(m, 64, 64, "fp16", "nn"), device, seed=m)
+        out = tuner.matmul(a, b)
+        assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp16"].tolerance
+        _, config = dispatch.plan(dispatch.Gemm(a, b, out))
+        assert config["pad"] == pad

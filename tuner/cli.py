@@ -1,4 +1,4 @@
-"""The `tune` command line: run, export, show.
+"""The `tune` command line: run, export, show, suggest.
 
 Heavy imports (triton, the kernels, optuna, sqlalchemy) happen inside the commands: `tune run
 --backend interpret` must set TRITON_INTERPRET before triton is first imported.
@@ -105,17 +105,13 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
     from tuner.db.session import optuna_storage, resolve_url, session_factory
     from tuner.db.store import Store
     from tuner.executor import Executor, ExecutorOptions
-    from tuner.kernels import KERNELS, kernel_for
+    from tuner.kernels import kernel_for
     from tuner.pipeline import TuneJob
     from tuner.planning import plan_studies
     from tuner.progress import RichReporter
     from tuner.search import StudyBudget
-    from tuner.space import builtin_spaces, load_space
 
-    kernel_variants = {name: k.variant_params for name, k in KERNELS.items()}
-    own = {space.kernel: space for space in (load_space(p, kernel_variants)
-                                             for p in space_paths)}
-    spaces = builtin_spaces(kernel_variants, skip=frozenset(own)) | own
+    spaces = _load_spaces(space_paths)
     plans = plan_studies(shapes, spaces, kernel_for)
     url = resolve_url(db_url)
     store = Store(session_factory(url))
@@ -139,6 +135,54 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
                f"busy elsewhere {len(summary.busy)}, failed {len(summary.failed)}", err=True)
     if summary.failed:
         raise click.ClickException("no correct config found for: " + "; ".join(summary.failed))
+
+
+def _load_spaces(space_paths):
+    """The built-in search spaces, with each --space file replacing its kernel's."""
+    from tuner.kernels import KERNELS
+    from tuner.space import builtin_spaces, load_space
+
+    kernel_variants = {name: k.variant_params for name, k in KERNELS.items()}
+    own = {space.kernel: space for space in (load_space(p, kernel_variants)
+                                             for p in space_paths)}
+    return builtin_spaces(kernel_variants, skip=frozenset(own)) | own
+
+
+@main.command()
+@click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV with header M,N,K,dtype[,layout][,weight].")
+@click.option("--space", "space_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
+@click.option("--device", "device_name", default=None, metavar="NAME",
+              help="GPU to model, as torch names it (e.g. 'NVIDIA H200') [default: the visible "
+                   "GPU, else an H100 SXM].")
+@click.option("--format", "fmt", type=click.Choice(["expand", "table"]), default="table",
+              show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="File to write (replaced atomically).")
+@one_line_errors
+def suggest(shapes_path, space_paths, device_name, fmt, output):
+    """Export the analytical model's config per shape: no GPU, no trials, nothing measured."""
+    from tuner.export import expand_document, table_document, write_atomic
+    from tuner.kernels import KERNELS, kernel_for
+    from tuner.planning import plan_studies
+    from tuner.suggest import model_device_block, suggest_device, suggested_picks
+
+    shapes = load_shapes(shapes_path)
+    spaces = _load_spaces(space_paths)
+    plans = plan_studies(shapes, spaces, kernel_for)
+    info, spec = suggest_device(device_name)
+    picks, missing = suggested_picks(plans, spaces, spec)
+    for label in missing:
+        click.echo(f"note: no modelled config for {label}", err=True)
+    if fmt == "expand":
+        doc = expand_document(picks)
+    else:
+        doc = table_document(model_device_block(info, spec), picks,
+                             {name: kernel.source_hash for name, kernel in KERNELS.items()})
+    write_atomic(output, doc)
+    click.echo(f"wrote {len(picks)} suggested configs for {spec.name} to {output} ({fmt})",
+               err=True)
 
 
 def _winners(db_url, device_selector):

@@ -20,6 +20,7 @@ import torch
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for
 from tuner.kernels.base import Gemm, Kernel
+from tuner.kernels.padding import pad_changes_nothing
 from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
 
 # Per call key: the kernel and the config to launch, decided once.
@@ -31,6 +32,8 @@ def _plan(gemm: Gemm, dtype: str, raw: tuple) -> tuple[Kernel, Mapping]:
     kernel = kernel_for(M, N)
     config = get_tuned_config(kernel.name, M=M, N=N, K=K, dtype=dtype,
                               stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
+    if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
+        config = {**config, "pad": 0}  # an aligned bucket-mate of a padded shape: no copies
     if reason := kernel.unsupported(config, gemm):
         warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(config)} cannot run "
                       f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "

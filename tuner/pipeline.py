@@ -20,10 +20,11 @@ from tuner.execution import TrialResult
 from tuner.executor import Executor
 from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
+from tuner.model import device_spec
 from tuner.planning import KeyPlan
 from tuner.search import StudyBudget, StudyRunner
 from tuner.space import SearchSpace
-from tuner.warmstart import nearest_winner_configs
+from tuner.warmstart import warm_start_configs
 
 CLAIM_LEASE_S = 300.0
 
@@ -113,6 +114,7 @@ class TuneJob:
     def run(self, plans: list[KeyPlan], command: list[str]) -> RunSummary:
         info = self.executor.device_info()
         self.smem_limit = info.smem_per_block
+        self.spec = device_spec(info)  # for the model's warm-start picks
         self.device = self.store.device(info)
         self.kernel_rows = {n: self.store.kernel(n, KERNELS[n].source_hash) for n in self.spaces}
         self.space_rows = {n: self.store.space(space) for n, space in self.spaces.items()}
@@ -180,8 +182,9 @@ class TuneJob:
                 self.smem_limit, self.budget,
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                 keep_going=lambda: not self.stop.is_set(),
-                warm_start=nearest_winner_configs(self.store, self.device, kernel_row, space,
-                                                  plan.shape))
+                warm_start=warm_start_configs(self.store, self.device, kernel_row,
+                                              KERNELS[plan.kernel], space, plan.shape,
+                                              self.spec, self.smem_limit))
             outcome = runner.run()
             if self.stop.is_set():
                 return  # interrupted: the study stays open and resumes next time

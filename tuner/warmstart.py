@@ -1,11 +1,13 @@
-"""Configs every new study tries first: the winners of the nearest keys already tuned.
+"""Configs every new study tries first: the nearest tuned keys' winners, then the model's.
 
 Tuning a shape next to known ones should converge in a few trials, because neighbouring
 shapes (4096×4096×4096 and 4096×6144×4096) tend to share their best tiles. So a new study
 enqueues (Optuna's enqueue_trial) the winning configs of the nearest tuned keys on the same
 device, with the same kernel source and dtype, nearest first by distance in log M, N, K.
 Only configs the study's space holds are kept: a winner from another space may have values
-this one does not search.
+this one does not search. After them come the analytical model's top configs for the shape
+(tuner.model), so even the first shape ever tuned starts from plausible tiles rather than
+from the sampler's random start-up trials.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from tuner.shapes import Shape
 from tuner.space import SearchSpace
 
 NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
+MODEL_TOP = 4  # how many of the model's best-ranked configs follow them
 
 
 def _log_distance(key: Mapping, shape: Shape) -> float:
@@ -46,4 +49,17 @@ def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
             configs.append(config)
         if len(configs) == count:
             break
+    return configs
+
+
+def warm_start_configs(store: Store, device: Device, kernel_row: KernelVersion, kernel,
+                       space: SearchSpace, shape: Shape, spec, smem_limit: int) -> list[dict]:
+    """What a new study of `shape` enqueues: neighbours' winners, then the model's picks
+    (configs of variants the model does not know are simply not among them)."""
+    from tuner.model import rank_configs  # scores the whole space: only when a study starts
+
+    configs = nearest_winner_configs(store, device, kernel_row, space, shape)
+    for _, config in rank_configs(shape, space, kernel, spec, smem_limit, k=MODEL_TOP):
+        if config not in configs:
+            configs.append(config)
     return configs

@@ -1,0 +1,745 @@
+"""An analytical performance model of the mm and gemv variants: predicted time per config.
+
+It serves callers that cannot measure: the warm start of each Optuna study (enqueue the
+model's top configs), `tune suggest` (a config per shape with no GPU) and the runtime
+fallback for keys no table holds. Its job is ranking, not accuracy: the few configs it puts
+first should hold a near-best one. So every term is a simple bound that says why it is
+there, monotone where it should be, and each constant says where it comes from.
+
+How `predict_ms` times one config:
+
+- Padding (`pad`) changes the problem the variant sees; the pad copies (A and B in, the
+  result out) cost their bytes at DRAM bandwidth plus a launch each.
+- A tile program walks K in BLOCK_K steps. One step of the programs resident on an SM
+  takes the longest of: their tensor-core work (at a per-tile efficiency: wgmma or
+  mma.sync), their shared-memory traffic, their load-issue slots (pointer loads only;
+  scalar when a stride is not a multiple of 16 elements), one program's serial chain (its
+  MMA and the barrier bubble, plus the load latency when loads cannot be asynchronous), and
+  memory: the SM keeps at most num_stages - 1 steps of loads, and at most
+  INFLIGHT_BYTES_PER_SM, in flight, each for its latency (Little's law).
+- Every load waits about a DRAM latency: the programs that share a panel of A or B run
+  side by side and ask for it together, so nearly all wait on a fill. The grouped tile
+  order (GROUP_M) sets how often A and B come from DRAM, so the kernel's DRAM floor.
+- Programs run in rounds of (resident programs per SM) × SMs, so a grid that spills over
+  a round pays a whole extra one (wave quantization). Residency comes from shared memory,
+  registers and warps. The persistent variant keeps one program per SM and saves the
+  per-tile pipeline refill; split-K multiplies the programs (filling the SMs when M×N has
+  few tiles) and pays fp32 partials and a finishing kernel; gemv streams the matrix once
+  on the CUDA cores.
+- A kernel takes at least its DRAM bytes at sustained bandwidth, and a launch overhead.
+
+Hopper-shaped: the rules for wgmma, TMA and the cp.async pipeline are sm_90's; other devices
+get their own peak rates and bandwidth but Hopper's rules.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import NamedTuple
+
+from tuner.backends import DeviceInfo
+from tuner.dtypes import DTYPES
+from tuner.shapes import Shape
+from tuner.space import SearchSpace
+
+# ---------------------------------------------------------------------------------------
+# Hopper SM resources (CUDA C Programming Guide, compute capability 9.0).
+REGS_PER_SM = 65536
+MAX_REGS_PER_THREAD = 255
+MAX_THREADS_PER_SM = 2048
+MAX_PROGRAMS_PER_SM = 32
+SMEM_RESERVED_PER_PROGRAM = 1024  # the driver keeps 1 KB of shared memory per block
+SMEM_BYTES_PER_CLOCK = 128  # 32 banks × 4 bytes per clock per SM (~33 TB/s over 132 SMs)
+LSU_LANES = 32  # load/store lanes per SM: one warp-wide memory instruction per clock
+FP32_LANES = 128  # FP32 FMA lanes per SM (gemv multiplies on CUDA cores)
+FP32_BYTES = 4  # accumulators and split-K partials
+
+# ---------------------------------------------------------------------------------------
+# Model constants: public figures, instruction counts, or stated assumptions. None was fitted
+# numerically to the anchor measurements (/work/shared/anchors), but three were picked among
+# plausible values with the anchors in view, and their comments say so: SCALAR_LOAD_SLOTS,
+# LOAD_LATENCY_S and INFLIGHT_BYTES_PER_SM.
+
+# Dense GEMMs sustain ~80% of the datasheet tensor peak: the peak assumes the boost clock,
+# which drops under full tensor load (chipsandcheese.com, "Nvidia's H100: Funny L2, and Tons
+# of Bandwidth", saw ~80% of boost). cuBLAS's best bf16 GEMMs run at ~780-800 of 989 TF/s.
+TENSOR_EFFICIENCY = 0.8
+# Tiles wgmma cannot take (BLOCK_M not a multiple of 64, or num_warps not whole warp
+# groups) run Ampere's synchronous mma.sync, reported at about half of wgmma's throughput
+# on H100 (practitioners' measurements; Luo et al., arXiv 2402.13499 and 2501.12084,
+# compare the two paths).
+MMA_SYNC_FRACTION = 0.5
+# CUDA-core GEMMs (IEEE fp32) block outputs in registers so that each operand read from
+# shared memory feeds several FMAs; below a 4×4 block per thread (CUTLASS's SIMT kernels use
+# 8×8) the reads outnumber the FMAs and the lanes idle.
+FMA_OUTPUTS_PER_THREAD = 16
+# Load-issue slots on the LSU lanes. A 16-byte vector load: the cp.async and its address
+# update. A scalar load (a stride Triton cannot prove a multiple of 16 elements), per
+# element: the global load, the shared-memory store (cp.async needs >= 4 bytes), the 64-bit
+# address add (2) and the K mask (compare and select, 2). An instruction count, checked
+# against the 4097×4095×4100 anchor row (~150 TF/s unpadded, cuBLAS included).
+VECTOR_LOAD_SLOTS = 2
+SCALAR_LOAD_SLOTS = 6
+# Each K step of a loop that is not warp-specialized waits on a barrier and issues the next
+# loads between MMAs: a bubble of about one shared-memory round trip plus the MMA commit.
+# wgmma is asynchronous, so the bubble overlaps the MMA in flight; mma.sync pays it.
+STEP_BUBBLE_CYCLES = 64
+# Load latency: a DRAM access ~600-700 ns unloaded (~1000+ cycles: public H100
+# microbenchmarks, chipsandcheese, Luo et al.), more once a GEMM's requests queue: taken as
+# 1 µs for every load. Tile programs that share a panel run side by side and request it
+# together, so even the loads L2 serves mostly wait on the same fill. Chosen over 0.8 µs
+# (small-M GEMMs then come out DRAM-bound, which the anchors' small-M rows contradict) and
+# over L2-hit latencies for reused panels (large GEMMs then run ~10% over the anchors).
+LOAD_LATENCY_S = 1.0e-6
+# Bytes one SM can keep in flight (the misses it can track; the hardware figure is not
+# public). An assumption: under twice the share of bandwidth × latency each SM needs when
+# all are busy (4.8 TB/s × 1 µs / 132 SMs ≈ 36 KB), so a kernel needs over half the SMs
+# streaming to reach peak bandwidth, and one on fewer is latency-bound: why small GEMMs
+# want split-K. Chosen with the anchors' small-M rows in view (64-112 busy SMs, 2-3 TB/s).
+INFLIGHT_BYTES_PER_SM = 64 * 1024
+# An outstanding miss holds a 128-byte L1 line slot whatever part of the line it wants, so
+# a tile row narrower than a line takes a whole slot.
+REQUEST_BYTES = 128
+# Share of L2 that keeps operands for reuse: H100's L2 is two partitions that may each hold
+# a copy of a line (chipsandcheese's "funny L2"), so about half of it.
+L2_USABLE_FRACTION = 0.5
+# Streaming kernels reach ~90% of datasheet HBM bandwidth (refresh, bank conflicts).
+DRAM_EFFICIENCY = 0.9
+# Device time a kernel launch adds to a timed call: launch latency and ramp-up of the grid.
+LAUNCH_S = 2.0e-6
+# Registers a tile program needs beside its fp32 accumulator (indices, pointers, loop
+# state). Past MAX_REGS_PER_THREAD the compiler spills to local memory, and the step's
+# work runs several times slower.
+BASE_REGS = 40
+SPILL_SLOWDOWN = 3.0
+# Relaxed fp32 atomics resolve in L2 at about half the rate of plain stores.
+ATOMIC_TRAFFIC_FACTOR = 2.0
+
+
+# ---------------------------------------------------------------------------------------
+# Devices
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What the model needs to know of a GPU: datasheet rates and a few sizes."""
+    name: str
+    sm_count: int
+    smem_per_block: int  # bytes one program may use (the opt-in maximum)
+    smem_per_sm: int  # bytes all resident programs share
+    fp16_tflops: float  # dense tensor-core fp16 / bf16 with fp32 accumulation
+    tf32_tflops: float  # dense tensor-core tf32 (fp32 inputs with allow_tf32)
+    fp8_tflops: float  # dense tensor-core fp8 e4m3
+    fp32_tflops: float  # IEEE fp32 on the CUDA cores
+    dram_tbps: float
+    l2_bytes: int
+    clock_ghz: float  # the clock the tensor peak is quoted at: converts cycles to seconds
+
+    def matmul_tflops(self, dtype: str, allow_tf32: bool = False) -> float:
+        """Peak rate of a GEMM's multiply-adds in `dtype`."""
+        if dtype == "fp32":
+            return self.tf32_tflops if allow_tf32 else self.fp32_tflops
+        return self.fp8_tflops if dtype == "fp8e4m3" else self.fp16_tflops
+
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_ghz * 1e9
+
+
+# NVIDIA datasheets, dense figures (the sheets print tensor rates with sparsity, doubled).
+# H100 SXM5: 132 SMs, 989.4 TF fp16/bf16 (132 SMs × 4096 flops/clock × 1.83 GHz), 494.7 TF
+# tf32, 1978.9 TF fp8, 67 TF fp32, 3.35 TB/s HBM3, 50 MB L2; 228 KB shared memory per SM,
+# 227 KB per block.
+H100_SXM = DeviceSpec("H100 SXM", 132, 232448, 233472, 989.4, 494.7, 1978.9, 66.9, 3.35,
+                      50 * 2**20, 1.83)
+# H100 PCIe: 114 SMs, 756 TF bf16, 378 tf32, 1513 fp8, 51 fp32, 2.0 TB/s HBM2e.
+H100_PCIE = replace(H100_SXM, name="H100 PCIe", sm_count=114, fp16_tflops=756.5,
+                    tf32_tflops=378.0, fp8_tflops=1513.0, fp32_tflops=51.2, dram_tbps=2.0,
+                    clock_ghz=1.62)
+# H100 NVL: 132 SMs, 835 TF bf16, 418 tf32, 1671 fp8, 60 fp32, 3.9 TB/s HBM3.
+H100_NVL = replace(H100_SXM, name="H100 NVL", fp16_tflops=835.5, tf32_tflops=417.5,
+                   fp8_tflops=1670.5, fp32_tflops=60.0, dram_tbps=3.9, clock_ghz=1.545)
+# H200 SXM: the H100 SXM's compute with 141 GB of HBM3e at 4.8 TB/s. H200 NVL: the H100
+# NVL's compute at 4.8 TB/s.
+H200_SXM = replace(H100_SXM, name="H200 SXM", dram_tbps=4.8)
+H200_NVL = replace(H100_NVL, name="H200 NVL", dram_tbps=4.8)
+# A100 SXM4 80 GB, the template for Ampere parts: 108 SMs, 312 TF bf16, 156 tf32, no fp8
+# (the bf16 rate), 19.5 fp32, 2.04 TB/s, 40 MB L2, 164 KB shared memory per SM.
+A100_SXM = DeviceSpec("A100 SXM", 108, 166912, 167936, 312.0, 156.0, 312.0, 19.5, 2.04,
+                      40 * 2**20, 1.41)
+
+# Substrings of torch's device names, most specific first ("NVIDIA H100 80GB HBM3" is the
+# SXM part; "NVIDIA GH200 480GB" gets the H200's figures, close to its own).
+_KNOWN_PARTS = (("H200 NVL", H200_NVL), ("H200", H200_SXM), ("H100 NVL", H100_NVL),
+                ("H100 PCIe", H100_PCIE), ("H100", H100_SXM), ("A100", A100_SXM))
+# Per compute-capability major version, the part an unknown name is scaled from.
+_ARCHITECTURE_TEMPLATES = {8: A100_SXM, 9: H100_SXM}
+
+
+def device_spec(info: DeviceInfo) -> DeviceSpec:
+    """The spec of the device a DeviceInfo describes.
+
+    Known parts by name. An unknown GPU gets its architecture's template (Hopper's for 9.x
+    and anything else) with compute scaled by its SM count. The CPU interpreter (compute
+    capability "none", sm_count = CPU cores) gets an H100 SXM, so `tune suggest` works
+    without a GPU. A GPU's own shared-memory limit replaces the template's.
+    """
+    spec = next((s for part, s in _KNOWN_PARTS if part in info.name), None)
+    if spec is None:
+        spec = _scaled_template(info)
+    if info.compute_capability != "none" and info.smem_per_block > 0:
+        spec = replace(spec, smem_per_block=info.smem_per_block)
+    return spec
+
+
+def _scaled_template(info: DeviceInfo) -> DeviceSpec:
+    try:
+        major = int(info.compute_capability.split(".")[0])
+    except ValueError:  # "none": the interpreter, whose sm_count is the CPU's cores
+        return H100_SXM
+    template = _ARCHITECTURE_TEMPLATES.get(major, H100_SXM)
+    scale = info.sm_count / template.sm_count
+    return replace(template, name=f"{info.name} (scaled {template.name})",
+                   sm_count=info.sm_count, fp16_tflops=template.fp16_tflops * scale,
+                   tf32_tflops=template.tf32_tflops * scale,
+                   fp8_tflops=template.fp8_tflops * scale,
+                   fp32_tflops=template.fp32_tflops * scale)
+
+
+# ---------------------------------------------------------------------------------------
+# The problem a variant sees
+
+
+class _Operands(NamedTuple):
+    """The GEMM as the variant runs it: after padding, with storage strides in elements.
+    (A tuple: it keys the model's caches, hashed once per config scored.)"""
+    M: int
+    N: int
+    K: int
+    dtype: str
+    tensor_cores: bool  # False: IEEE fp32 on the CUDA cores
+    itemsize: int
+    out_itemsize: int
+    a_k_unit: bool  # A's unit stride runs along K (layout 'n')
+    b_k_unit: bool  # B's unit stride runs along K (layout 't')
+    a_stride: int  # A's storage row stride: K for 'n', M for 't'
+    b_stride: int  # B's storage row stride: N for 'n', K for 't'
+    tma_addressable: bool  # both strides 16-byte multiples, as TMA needs (kernels/tma.py)
+
+    @property
+    def a_bytes(self) -> int:
+        return self.M * self.K * self.itemsize
+
+    @property
+    def b_bytes(self) -> int:
+        return self.K * self.N * self.itemsize
+
+    @property
+    def c_bytes(self) -> int:
+        return self.M * self.N * self.out_itemsize
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+
+def _padded(dim: int, pad: int) -> int:
+    """As kernels/padding.py: rounded up to a multiple of pad; a dimension of 1 stays 1."""
+    return dim if dim == 1 or not pad else -(-dim // pad) * pad
+
+
+@lru_cache(maxsize=1024)
+def _operands(shape: Shape, pad: int, allow_tf32: bool) -> _Operands:
+    dtype = DTYPES[shape.dtype]
+    M, N, K = (_padded(d, pad) for d in (shape.M, shape.N, shape.K))
+    a_k_unit, b_k_unit = shape.layout[0] == "n", shape.layout[1] == "t"
+    a_stride, b_stride = K if a_k_unit else M, K if b_k_unit else N
+    itemsize = dtype.torch.itemsize
+    return _Operands(M, N, K, shape.dtype, shape.dtype != "fp32" or allow_tf32, itemsize,
+                     dtype.out.itemsize, a_k_unit, b_k_unit, a_stride, b_stride,
+                     all(s * itemsize % 16 == 0 for s in (a_stride, b_stride)))
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ---------------------------------------------------------------------------------------
+# One K step of one program
+
+
+class _Tile(NamedTuple):
+    """A tile program's shape and launch options (a tuple: one is built per config)."""
+    BM: int
+    BN: int
+    BK: int
+    stages: int
+    warps: int
+
+
+def _tile_of(config: Mapping) -> _Tile:
+    return _Tile(config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["num_stages"],
+                 config["num_warps"])
+
+
+def _output_tiles(ops: _Operands, tile: _Tile) -> int:
+    return _cdiv(ops.M, tile.BM) * _cdiv(ops.N, tile.BN)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """Seconds and bytes of one K step of one program, before programs share the SM."""
+    mma: float  # tensor cores (or FMA lanes)
+    smem: float  # shared-memory traffic
+    lsu: float  # load-issue slots
+    chain: float  # the program's own serial work, which other resident programs can hide
+    charged: float  # bytes loaded, each request counted as at least REQUEST_BYTES
+    depth: int  # steps of loads in flight: num_stages - 1 when asynchronous, else 1
+
+
+def _sm_flops(ops: _Operands, spec: DeviceSpec) -> float:
+    """Sustained multiply-add flops per second of one SM for this dtype."""
+    tflops = spec.matmul_tflops(ops.dtype, allow_tf32=ops.tensor_cores)
+    return tflops * 1e12 * TENSOR_EFFICIENCY / spec.sm_count
+
+
+def _uses_wgmma(tile: _Tile, ops: _Operands) -> bool:
+    """Hopper's wgmma takes a warp group (4 warps) per 64 rows of the tile."""
+    return ops.tensor_cores and tile.warps % 4 == 0 and tile.BM % 64 == 0
+
+
+def _mma_efficiency(tile: _Tile, ops: _Operands) -> float:
+    """Share of the SM's sustained peak a tile's multiplies reach: all of it with wgmma;
+    MMA_SYNC_FRACTION with mma.sync, less when the tile has fewer 16×8 instruction tiles
+    than warps (the idle warps' share is lost); on CUDA cores, the register-blocking share."""
+    if not ops.tensor_cores:
+        outputs = tile.BM * tile.BN / (32 * tile.warps)
+        return min(1.0, outputs / FMA_OUTPUTS_PER_THREAD)
+    if _uses_wgmma(tile, ops):
+        return 1.0
+    busy_warps = min(tile.warps, (tile.BM // 16) * max(tile.BN // 8, 1))
+    return MMA_SYNC_FRACTION * max(busy_warps, 1) / tile.warps
+
+
+def _smem_traffic(tile: _Tile, itemsize: int, wgmma: bool) -> int:
+    """Shared-memory bytes per step: the loaded tiles written in, then read by the MMAs.
+
+    A wgmma reads a 64-row slice of A and its warp group's columns of B, so B is read once
+    per 64 rows and A once per warp group splitting N. mma.sync warps (split over M first)
+    each read their rows of A and columns of B.
+    """
+    writes = (tile.BM + tile.BN) * tile.BK
+    if wgmma:
+        groups = tile.warps // 4
+        m_split = min(groups, tile.BM // 64)
+        reads = tile.BM * (groups // m_split) + tile.BN * (tile.BM // 64)
+    else:
+        m_split = min(tile.warps, max(tile.BM // 16, 1))
+        reads = tile.BM * (tile.warps // m_split) + tile.BN * m_split
+    return (writes + reads * tile.BK) * itemsize
+
+
+def _aligned(stride: int) -> bool:
+    """Triton specializes integer arguments on being multiples of 16: only such strides let
+    it prove 16-byte alignment, and so vectorize pointer loads."""
+    return stride % 16 == 0
+
+
+def _load_slots(elements: int, stride: int, itemsize: int, masked: bool) -> float:
+    """LSU slots to load `elements` through pointers: per 16-byte vector when the stride is
+    aligned (one more for a K mask: K not a multiple of BLOCK_K), else per element."""
+    if not _aligned(stride):
+        return elements * SCALAR_LOAD_SLOTS
+    return elements / (16 // itemsize) * (VECTOR_LOAD_SLOTS + masked)
+
+
+def _charged(elements: int, run: int, itemsize: int) -> float:
+    """Bytes of a tile load as the memory system counts them: rows of `run` contiguous
+    elements, each taking at least REQUEST_BYTES."""
+    return elements * itemsize * max(1.0, REQUEST_BYTES / (run * itemsize))
+
+
+def _accumulator_regs(tile: _Tile) -> int:
+    """Registers per thread for the fp32 BM×BN accumulator, spread over the warps."""
+    return tile.BM * tile.BN // (32 * tile.warps)
+
+
+def _spill_factor(regs: int) -> float:
+    return 1.0 if regs <= MAX_REGS_PER_THREAD else SPILL_SLOWDOWN
+
+
+@lru_cache(maxsize=65536)
+def _tile_step(ops: _Operands, tile: _Tile, tma: bool, warp_specialized: bool,
+               spec: DeviceSpec) -> _Step:
+    """One K step of a tile program: BM×BK of A and BK×BN of B into an fp32 accumulator."""
+    BM, BN, BK = tile.BM, tile.BN, tile.BK
+    clock, item = spec.clock_hz, ops.itemsize
+    spill = _spill_factor(_accumulator_regs(tile) + BASE_REGS)
+    wgmma = _uses_wgmma(tile, ops)
+    mma = 2 * BM * BN * BK / (_sm_flops(ops, spec) * _mma_efficiency(tile, ops)) * spill
+    smem = _smem_traffic(tile, item, wgmma) / (SMEM_BYTES_PER_CLOCK * clock)
+    # TMA: one thread issues a bulk copy per operand. Pointers: every element is addressed.
+    masked = ops.K % BK != 0
+    lsu = 0.0 if tma else spill * (
+        _load_slots(BM * BK, ops.a_stride, item, masked and ops.a_k_unit)
+        + _load_slots(BK * BN, ops.b_stride, item, masked and ops.b_k_unit)) / (
+        LSU_LANES * clock)
+    # Scalar loads cannot be cp.async copies: the loop loads, waits, stores, then multiplies.
+    asynchronous = tma or (_aligned(ops.a_stride) and _aligned(ops.b_stride))
+    bubble = STEP_BUBBLE_CYCLES / clock
+    if not asynchronous:
+        chain = LOAD_LATENCY_S + lsu + mma + bubble
+    elif warp_specialized:  # producer warps wait and load; the consumers only multiply
+        chain = mma
+    elif wgmma:  # asynchronous MMAs: the barrier wait overlaps the MMA in flight
+        chain = max(mma, bubble)
+    else:
+        chain = mma + bubble
+    charged = (_charged(BM * BK, BK if ops.a_k_unit else BM, item)
+               + _charged(BK * BN, BK if ops.b_k_unit else BN, item))
+    depth = tile.stages - 1 if asynchronous and tile.stages > 1 else 1
+    return _Step(mma, smem, lsu, chain, charged, depth)
+
+
+@lru_cache(maxsize=4096)
+def _gemv_step(ops: _Operands, block_m: int, block_k: int, stages: int, warps: int,
+               unit_along_k: bool, stride: int, spec: DeviceSpec) -> _Step:
+    """One K step of a gemv program: BLOCK_K of x and BLOCK_M×BLOCK_K of the matrix, held
+    in registers as fp32 and reduced on the CUDA cores."""
+    item, clock = ops.itemsize, spec.clock_hz
+    elements = block_m * block_k
+    asynchronous = _aligned(stride) and stages > 1
+    spill = _spill_factor(elements // (32 * warps) + BASE_REGS)
+    alu = 2 * elements / (FP32_LANES * clock) * spill  # convert to fp32, then multiply-add
+    masked = ops.K % block_k != 0 and unit_along_k
+    lsu = _load_slots(elements, stride, item, masked) / (LSU_LANES * clock) * spill
+    smem = 2 * elements * item / (SMEM_BYTES_PER_CLOCK * clock) if asynchronous else 0.0
+    chain = alu if asynchronous else LOAD_LATENCY_S + lsu + alu
+    charged = (_charged(block_k, block_k, item)
+               + _charged(elements, block_k if unit_along_k else block_m, item))
+    return _Step(alu, smem, lsu, chain, charged, stages - 1 if asynchronous else 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Residency and DRAM traffic
+
+
+@functools.cache
+def _variants() -> dict:
+    """Every kernel variant by name (imported on first use: the kernels import Triton)."""
+    from tuner.kernels import KERNELS
+    return {v.name: v for kernel in KERNELS.values() for v in kernel.variants}
+
+
+def _smem_bytes(config: Mapping, itemsize: int) -> int:
+    """Shared memory one program of the config uses: the variant's own estimate."""
+    variant = _variants()[config["variant"]]
+    return variant.smem_bytes({p: config[p] for p in variant.params}, itemsize)
+
+
+def _resident_programs(smem_bytes: int, regs_per_thread: int, warps: int,
+                       spec: DeviceSpec) -> int:
+    """Programs one SM holds at once: shared memory, registers and threads all limit it."""
+    threads = 32 * warps
+    return max(1, min(spec.smem_per_sm // (smem_bytes + SMEM_RESERVED_PER_PROGRAM),
+                      REGS_PER_SM // (min(regs_per_thread, MAX_REGS_PER_THREAD) * threads),
+                      MAX_THREADS_PER_SM // threads,
+                      MAX_PROGRAMS_PER_SM))
+
+
+def _tile_occupancy(ops: _Operands, config: Mapping, tile: _Tile, spec: DeviceSpec) -> int:
+    return _resident_programs(_smem_bytes(config, ops.itemsize),
+                              _accumulator_regs(tile) + BASE_REGS, tile.warps, spec)
+
+
+@lru_cache(maxsize=65536)
+def _operand_dram_bytes(ops: _Operands, tile: _Tile, group_m: int, concurrent: int,
+                        spec: DeviceSpec) -> float:
+    """Bytes of A and B fetched from DRAM, given the grouped tile order and `concurrent`
+    programs.
+
+    An operand that fits in L2 is fetched once. Otherwise a panel of B is fetched once per
+    set of tile rows that use it together: a group of GROUP_M rows, or the rows a wave of
+    `concurrent` programs spans. A's rows stay cached while their group sweeps the columns
+    if a group's rows fit, else they are fetched once per wave's worth of columns.
+    """
+    budget = spec.l2_bytes * L2_USABLE_FRACTION
+    tiles_m, tiles_n = _cdiv(ops.M, tile.BM), _cdiv(ops.N, tile.BN)
+    group_rows = min(group_m, tiles_m)
+    rows_together = max(group_rows, min(tiles_m, concurrent // tiles_n))
+    cols_together = min(tiles_n, _cdiv(concurrent, group_rows))
+    b_fetches = 1 if ops.b_bytes <= budget else _cdiv(tiles_m, rows_together)
+    a_fits = min(ops.a_bytes, group_rows * tile.BM * ops.K * ops.itemsize) <= budget
+    a_fetches = 1 if a_fits else _cdiv(tiles_n, cols_together)
+    return ops.a_bytes * a_fetches + ops.b_bytes * b_fetches
+
+
+def _dram_seconds(nbytes: float, spec: DeviceSpec) -> float:
+    return nbytes / (spec.dram_tbps * 1e12 * DRAM_EFFICIENCY)
+
+
+# ---------------------------------------------------------------------------------------
+# Schedules: how programs share the SMs
+
+
+def _step_seconds(step: _Step, resident: int) -> float:
+    """Time for `resident` co-resident programs to each do one K step on one SM.
+
+    They share the tensor cores, shared memory and load lanes (throughput); each has its own
+    serial chain; and the SM keeps at most `depth` steps, and INFLIGHT_BYTES_PER_SM, of
+    loads in flight, each for LOAD_LATENCY_S (Little's law).
+    """
+    shared = resident * max(step.mma, step.smem, step.lsu)
+    in_flight = min(resident * step.depth * step.charged, INFLIGHT_BYTES_PER_SM)
+    memory = resident * step.charged * LOAD_LATENCY_S / in_flight
+    return max(shared, step.chain, memory)
+
+
+def _epilogue_seconds(tile: _Tile, out_itemsize: int, spec: DeviceSpec) -> float:
+    """Storing one output tile: registers through shared memory to global (write + read)."""
+    return 2 * tile.BM * tile.BN * out_itemsize / (SMEM_BYTES_PER_CLOCK * spec.clock_hz)
+
+
+def _rounds_seconds(programs: int, steps: int, step: _Step, occupancy: int, epilogue: float,
+                    spec: DeviceSpec) -> float:
+    """One program per tile (or per tile and split), `occupancy` of them resident per SM.
+
+    The busiest SM runs ceil(programs / SMs) programs, in rounds (wave quantization); a
+    round pays the pipeline fill (one latency), its K steps and its programs' epilogues. A
+    last, partial round runs fewer programs side by side, each step sooner.
+    """
+    per_sm = _cdiv(programs, spec.sm_count)
+    resident = min(occupancy, per_sm)
+
+    def round_seconds(together: int) -> float:
+        return LOAD_LATENCY_S + steps * _step_seconds(step, together) + together * epilogue
+
+    full_rounds, rest = divmod(per_sm, resident)
+    return full_rounds * round_seconds(resident) + (round_seconds(rest) if rest else 0.0)
+
+
+def _persistent_seconds(tiles: int, steps: int, step: _Step, epilogue: float,
+                        refill_hidden: bool, spec: DeviceSpec) -> float:
+    """One program per SM looping over its tiles: the pipeline fills once; between tiles the
+    next tile's loads overlap the epilogue (and with a flattened or warp-specialized loop the
+    pipeline never drains). Alone on its SM, nothing hides its latency."""
+    boundary = epilogue if refill_hidden else max(epilogue, LOAD_LATENCY_S)
+    per_tile = steps * _step_seconds(step, 1) + boundary
+    return LOAD_LATENCY_S + _cdiv(tiles, spec.sm_count) * per_tile
+
+
+# ---------------------------------------------------------------------------------------
+# Variants: seconds of one config's kernel launches on the (padded) operands
+
+
+def _general(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
+    tile = _tile_of(config)
+    return _one_program_per_tile(ops, tile, config["GROUP_M"],
+                                 _tile_occupancy(ops, config, tile, spec), False, spec)
+
+
+def _tma(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
+    if not ops.tma_addressable:
+        return math.inf
+    tile = _tile_of(config)
+    return _one_program_per_tile(ops, tile, config["GROUP_M"],
+                                 _tile_occupancy(ops, config, tile, spec), True, spec)
+
+
+def _one_program_per_tile(ops: _Operands, tile: _Tile, group_m: int, occupancy: int,
+                          tma: bool, spec: DeviceSpec) -> float:
+    """The general (pointer loads) and tma variants: a program per tile, grouped order."""
+    concurrent = min(_output_tiles(ops, tile), occupancy * spec.sm_count)
+    dram_bytes = _operand_dram_bytes(ops, tile, group_m, concurrent, spec) + ops.c_bytes
+    compute = _tile_rounds(ops, tile, occupancy, tma, spec)
+    return max(compute, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
+
+
+@lru_cache(maxsize=65536)
+def _tile_rounds(ops: _Operands, tile: _Tile, occupancy: int, tma: bool,
+                 spec: DeviceSpec) -> float:
+    """The SMs' share of _one_program_per_tile (GROUP_M changes only its DRAM bytes)."""
+    return _rounds_seconds(_output_tiles(ops, tile), _cdiv(ops.K, tile.BK),
+                           _tile_step(ops, tile, tma, False, spec), occupancy,
+                           _epilogue_seconds(tile, ops.out_itemsize, spec), spec)
+
+
+def _persistent(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
+    """TMA tiles with one program per SM: saves the per-tile refill, loses co-resident
+    programs. EPILOGUE_SUBTILE changes only shared memory (_smem_bytes), not the time.
+
+    Warp-specialized tiles of 128 rows or more do not compile on Hopper (kernels/persistent.py:
+    Triton splits the tile in M, which fixed descriptor block shapes forbid), so cannot run.
+    """
+    tile = _tile_of(config)
+    warp_specialized = bool(config["WARP_SPECIALIZE"])
+    if not ops.tma_addressable or (warp_specialized and tile.BM >= 128):
+        return math.inf
+    refill_hidden = bool(config["FLATTEN"]) or warp_specialized
+    return _one_program_per_sm(ops, tile, config["GROUP_M"], warp_specialized, refill_hidden,
+                               spec)
+
+
+def _one_program_per_sm(ops: _Operands, tile: _Tile, group_m: int, warp_specialized: bool,
+                        refill_hidden: bool, spec: DeviceSpec) -> float:
+    concurrent = min(_output_tiles(ops, tile), spec.sm_count)
+    dram_bytes = _operand_dram_bytes(ops, tile, group_m, concurrent, spec) + ops.c_bytes
+    compute = _tile_loops(ops, tile, warp_specialized, refill_hidden, spec)
+    return max(compute, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
+
+
+@lru_cache(maxsize=65536)
+def _tile_loops(ops: _Operands, tile: _Tile, warp_specialized: bool, refill_hidden: bool,
+                spec: DeviceSpec) -> float:
+    """The SMs' share of _one_program_per_sm (GROUP_M changes only its DRAM bytes)."""
+    return _persistent_seconds(_output_tiles(ops, tile), _cdiv(ops.K, tile.BK),
+                               _tile_step(ops, tile, True, warp_specialized, spec),
+                               _epilogue_seconds(tile, ops.out_itemsize, spec),
+                               refill_hidden, spec)
+
+
+def _splitk(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
+    tile = _tile_of(config)
+    return _split_programs(ops, tile, config["SPLIT_K"], bool(config["ATOMIC"]),
+                           _tile_occupancy(ops, config, tile, spec), spec)
+
+
+@lru_cache(maxsize=65536)
+def _split_programs(ops: _Operands, tile: _Tile, splits: int, atomic: bool, occupancy: int,
+                    spec: DeviceSpec) -> float:
+    """SPLIT_K programs per tile over slices of K, fp32 partials, then a finishing kernel.
+
+    More programs fill the SMs when M×N has few tiles, and each walks a shorter chain of K
+    steps; the price is the partial traffic (S slices written and read back, or S atomic
+    adds into one zeroed slice) and one launch more (two with atomics: the zeroing).
+    """
+    programs = _output_tiles(ops, tile) * splits
+    steps = _cdiv(_cdiv(ops.K, tile.BK), splits)
+    # No GROUP_M: program ids run row-major over the tiles of each split.
+    slice_bytes = ops.M * ops.N * FP32_BYTES
+    written = splits * slice_bytes * (ATOMIC_TRAFFIC_FACTOR if atomic else 1.0)
+    concurrent = min(programs, occupancy * spec.sm_count)
+    dram_bytes = _operand_dram_bytes(ops, tile, 1, concurrent, spec) + written
+    partials = _rounds_seconds(programs, steps, _tile_step(ops, tile, False, False, spec),
+                               occupancy, _epilogue_seconds(tile, FP32_BYTES, spec), spec)
+    main = max(partials, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
+    finish_read = slice_bytes if atomic else splits * slice_bytes
+    finish = _dram_seconds(finish_read + ops.c_bytes, spec) + LAUNCH_S
+    zeroing = _dram_seconds(slice_bytes, spec) + LAUNCH_S if atomic else 0.0
+    return main + finish + zeroing
+
+
+def _gemv(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
+    """y = A @ x on the CUDA cores, bound by reading the matrix once (kernels/gemv.py).
+
+    The matrix is A (N == 1) or B transposed (M == 1); each program reduces BLOCK_M of its
+    rows over K in BLOCK_K steps: the tile machinery with a multiply-and-sum for an MMA,
+    each matrix byte read by one program, straight from DRAM.
+    """
+    block_m, block_k, warps = config["BLOCK_M"], config["BLOCK_K"], config["num_warps"]
+    rows, unit_along_k, stride = ((ops.M, ops.a_k_unit, ops.a_stride) if ops.N == 1
+                                  else (ops.N, ops.b_k_unit, ops.b_stride))
+    step = _gemv_step(ops, block_m, block_k, config["num_stages"], warps, unit_along_k,
+                      stride, spec)
+    regs = block_m * block_k // (32 * warps) + BASE_REGS
+    occupancy = _resident_programs(_smem_bytes(config, ops.itemsize), regs, warps, spec)
+    dram_bytes = (rows + 1) * ops.K * ops.itemsize + rows * ops.out_itemsize  # A, x, y
+    compute = _rounds_seconds(_cdiv(rows, block_m), _cdiv(ops.K, block_k), step, occupancy,
+                              0.0, spec)
+    return max(compute, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
+
+
+_VARIANT_SECONDS = {"general": _general, "tma": _tma, "persistent": _persistent,
+                    "splitk": _splitk, "gemv": _gemv}
+
+
+@lru_cache(maxsize=1024)
+def _pad_copy_seconds(shape: Shape, pad: int, spec: DeviceSpec) -> float:
+    """The pad variant's copies: A and B read and written into their padded buffers, the
+    result's M×N corner read and written back; three copy kernels."""
+    if not pad:
+        return 0.0
+    ops = _operands(shape, 0, False)
+    return _dram_seconds(2 * (ops.a_bytes + ops.b_bytes + ops.c_bytes), spec) + 3 * LAUNCH_S
+
+
+# ---------------------------------------------------------------------------------------
+# Public API
+
+
+def _shape_timer(shape: Shape, spec: DeviceSpec, allow_tf32: bool):
+    """A function config -> predicted seconds for one shape, which prepares the padded
+    operands and the pad copies once per pad value rather than once per config."""
+    per_pad: dict[int, tuple[_Operands, float]] = {}
+
+    def seconds(config: Mapping) -> float:
+        variant = config["variant"]
+        if variant not in _VARIANT_SECONDS:
+            raise ValueError(f"no performance model for variant {variant!r}")
+        pad = config.get("pad", 0)
+        if pad not in per_pad:
+            per_pad[pad] = (_operands(shape, pad, allow_tf32),
+                            _pad_copy_seconds(shape, pad, spec))
+        ops, copies = per_pad[pad]
+        return _VARIANT_SECONDS[variant](ops, config, spec) + copies
+
+    return seconds
+
+
+def predict_ms(shape: Shape, config: Mapping, spec: DeviceSpec,
+               allow_tf32: bool = False) -> float:
+    """Predicted milliseconds of one call of `config` on `shape`; math.inf where the model
+    knows the variant cannot run it (TMA on strides that are not 16-byte multiples).
+
+    config is a search-space config: `variant`, `pad` and that variant's parameters.
+    Raises ValueError for a variant the model does not know (a user's own kernel).
+    """
+    return _shape_timer(shape, spec, allow_tf32)(config) * 1e3
+
+
+def predicted_tflops(shape: Shape, ms: float) -> float:
+    """The TFLOP/s of the shape's GEMM done in `ms` milliseconds."""
+    return shape.flops / (ms * 1e-3) / 1e12
+
+
+def _scored(shape: Shape, space: SearchSpace, spec: DeviceSpec,
+            allow_tf32: bool) -> list[tuple]:
+    """(ms, shared memory, warps, index, config) for every modelled config of the space,
+    fastest first. Ties go to the config using fewer resources, as in the tuner's final
+    re-timing, then to the space's order."""
+    itemsize = DTYPES[shape.dtype].torch.itemsize
+    seconds = _shape_timer(shape, spec, allow_tf32)
+    scored = [(seconds(config) * 1e3, _smem_bytes(config, itemsize), config["num_warps"],
+               index, config)
+              for index, config in enumerate(space.configs())
+              if config["variant"] in _VARIANT_SECONDS]
+    scored.sort(key=lambda entry: entry[:4])
+    return scored
+
+
+def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
+                 smem_limit: int | None = None, k: int | None = None,
+                 allow_tf32: bool = False) -> list[tuple[float, dict]]:
+    """(predicted ms, config) for the feasible configs of `space` on `shape`, fastest first,
+    at most k of them.
+
+    Every config is scored (cheap), then checked with `kernel.feasible` in ranked order
+    until k pass: the kernel's own checks (shared memory, pads that change nothing, variants
+    that cannot run the shape) always decide, yet only about k of those checks run, which
+    keeps the 300,000-config mm space to a few seconds. Without k every config is checked
+    (several seconds more). Variants the model does not know are left out.
+    """
+    from tuner.execution import meta_gemm  # imports the Triton kernels: not at module level
+
+    gemm = meta_gemm(shape)
+    limit = smem_limit or spec.smem_per_block
+    ranked: list[tuple[float, dict]] = []
+    for ms, *_, config in _scored(shape, space, spec, allow_tf32):
+        if kernel.feasible(config, gemm, limit) is None:
+            ranked.append((ms, config))
+            if len(ranked) == k:
+                break
+    return ranked
