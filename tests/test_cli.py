@@ -1,6 +1,5 @@
 """The `tune` command line end to end, on the CPU through Triton's interpreter."""
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -66,13 +65,17 @@ def test_interpret_run_export_show_and_lookup(workdir, monkeypatch):
                                          stride_bk=48)) == entry["config"]
 
 
-def test_patience_ends_studies_early(workdir):
-    result = tune(workdir, *run_args(workdir, trials=30), "--patience", "2")
-    assert result.exit_code == 0 and "tuned 3" in result.output, result.output
-    with sqlite3.connect(workdir / "tune.db") as db:
-        per_study = db.execute("select count(*) from tuner_trials where status != 'infeasible'"
-                               " group by study_id").fetchall()
-    assert len(per_study) == 3 and all(n < 30 for (n,) in per_study)
+def test_patience_reaches_the_study_budget(workdir, monkeypatch):
+    """The flag's effect is tested on scripted timings (test_search); interpreter timings
+    are too noisy to say when a study stalls, so here only that it arrives."""
+    from tuner import pipeline
+    budgets = []
+    real_run = pipeline.TuneJob.run
+    monkeypatch.setattr(pipeline.TuneJob, "run",
+                        lambda job, *a: (budgets.append(job.budget), real_run(job, *a))[1])
+    result = tune(workdir, *run_args(workdir, trials=2), "--patience", "3")
+    assert result.exit_code == 0 and budgets[0].patience == 3
+    assert tune(workdir, *run_args(workdir), "--patience", "0").exit_code == 2
 
 
 def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):

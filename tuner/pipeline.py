@@ -12,6 +12,7 @@ import queue
 import socket
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,7 +25,7 @@ from tuner.model import device_spec
 from tuner.planning import KeyPlan
 from tuner.search import StudyBudget, StudyRunner
 from tuner.space import SearchSpace
-from tuner.warmstart import warm_start_configs
+from tuner.warmstart import merged, model_configs, nearest_winner_configs
 
 CLAIM_LEASE_S = 300.0
 
@@ -120,6 +121,12 @@ class TuneJob:
         self.space_rows = {n: self.store.space(space) for n, space in self.spaces.items()}
         self.run_row = self.store.start_run(self.device, self.executor.options.backend, command)
         self.claims = ClaimKeeper(self.store, CLAIM_LEASE_S)
+        # The model's warm-start picks, computed in plan order in the background: a study
+        # waits only for its own, which is ready long before for all but the first.
+        ranking = ThreadPoolExecutor(1, thread_name_prefix="model-ranking")
+        self.model_picks = {id(plan): ranking.submit(
+            model_configs, KERNELS[plan.kernel], self.spaces[plan.kernel], plan.shape,
+            self.spec, self.smem_limit) for plan in plans}
         todo: queue.Queue[KeyPlan] = queue.Queue()
         for plan in plans:
             todo.put(plan)
@@ -141,6 +148,7 @@ class TuneJob:
             self.stop.set()
             raise
         finally:
+            ranking.shutdown(wait=False, cancel_futures=True)
             self.claims.close()
             self.store.finish_run(self.run_row, status)
         return self.summary
@@ -182,9 +190,10 @@ class TuneJob:
                 self.smem_limit, self.budget,
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                 keep_going=lambda: not self.stop.is_set(),
-                warm_start=warm_start_configs(self.store, self.device, kernel_row,
-                                              KERNELS[plan.kernel], space, plan.shape,
-                                              self.spec, self.smem_limit))
+                warm_start=merged(
+                    nearest_winner_configs(self.store, self.device, kernel_row, space,
+                                           plan.shape),
+                    self.model_picks[id(plan)].result()))
             outcome = runner.run()
             if self.stop.is_set():
                 return  # interrupted: the study stays open and resumes next time

@@ -52,14 +52,20 @@ def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
     return configs
 
 
-def warm_start_configs(store: Store, device: Device, kernel_row: KernelVersion, kernel,
-                       space: SearchSpace, shape: Shape, spec, smem_limit: int) -> list[dict]:
-    """What a new study of `shape` enqueues: neighbours' winners, then the model's picks
-    (configs of variants the model does not know are simply not among them)."""
-    from tuner.model import rank_configs  # scores the whole space: only when a study starts
+def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: int,
+                  count: int = MODEL_TOP) -> list[dict]:
+    """The model's best-ranked configs for the shape (none for variants it does not know).
+    Scores the whole space, seconds for the built-in mm space: the pipeline computes these
+    in the background while earlier studies run."""
+    from tuner.model import rank_configs
 
-    configs = nearest_winner_configs(store, device, kernel_row, space, shape)
-    for _, config in rank_configs(shape, space, kernel, spec, smem_limit, k=MODEL_TOP):
-        if config not in configs:
-            configs.append(config)
+    return [config for _, config in rank_configs(shape, space, kernel, spec, smem_limit,
+                                                 k=count)]
+
+
+def merged(*sources: list[dict]) -> list[dict]:
+    """The configs of every source in order, each once."""
+    configs: list[dict] = []
+    for source in sources:
+        configs += [c for c in source if c not in configs]
     return configs
