@@ -22,13 +22,11 @@ from tuner.shapes import LAYOUTS, Shape
 def no_table(monkeypatch):
     """No $TUNE_CONFIG: every key gets the kernel's default config (warnings silenced)."""
     monkeypatch.delenv("TUNE_CONFIG", raising=False)
-    runtime.clear_cache()
-    dispatch._PLANS.clear()
+    dispatch.clear_cache()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
-    runtime.clear_cache()
-    dispatch._PLANS.clear()
+    dispatch.clear_cache()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import torch
 
+from tuner import runtime
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for
 from tuner.kernels.base import Gemm, Kernel
@@ -41,6 +42,13 @@ def _plan(gemm: Gemm, dtype: str, raw: tuple) -> tuple[Kernel, Mapping]:
         config = DEFAULT_CONFIGS[kernel.name]
     _PLANS[raw] = plan = (kernel, config)
     return plan
+
+
+def clear_cache() -> None:
+    """Forget the decided plans and the loaded tables, e.g. after $TUNE_CONFIG or the table
+    file changed (runtime.clear_cache alone would leave this module's plans in place)."""
+    _PLANS.clear()
+    runtime.clear_cache()
 
 
 def plan(gemm: Gemm) -> tuple[Kernel, Mapping]:
