@@ -552,10 +552,17 @@ def _tma(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
 def _one_program_per_tile(ops: _Operands, tile: _Tile, group_m: int, occupancy: int,
                           tma: bool, spec: DeviceSpec) -> float:
     """The general (pointer loads) and tma variants: a program per tile, grouped order."""
-    concurrent = min(_output_tiles(ops, tile), occupancy * spec.sm_count)
+    return _kernel_seconds(ops, tile, group_m, occupancy * spec.sm_count,
+                           _tile_rounds(ops, tile, occupancy, tma, spec), spec)
+
+
+def _kernel_seconds(ops: _Operands, tile: _Tile, group_m: int, programs_at_once: int,
+                    compute_s: float, spec: DeviceSpec) -> float:
+    """One launch of a tile kernel: its compute, or its DRAM traffic (how often A and B are
+    refetched depends on the tiles in flight at once), whichever is longer."""
+    concurrent = min(_output_tiles(ops, tile), programs_at_once)
     dram_bytes = _operand_dram_bytes(ops, tile, group_m, concurrent, spec) + ops.c_bytes
-    compute = _tile_rounds(ops, tile, occupancy, tma, spec)
-    return max(compute, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
+    return max(compute_s, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
 
 
 @lru_cache(maxsize=65536)
@@ -585,10 +592,8 @@ def _persistent(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
 
 def _one_program_per_sm(ops: _Operands, tile: _Tile, group_m: int, warp_specialized: bool,
                         refill_hidden: bool, spec: DeviceSpec) -> float:
-    concurrent = min(_output_tiles(ops, tile), spec.sm_count)
-    dram_bytes = _operand_dram_bytes(ops, tile, group_m, concurrent, spec) + ops.c_bytes
-    compute = _tile_loops(ops, tile, warp_specialized, refill_hidden, spec)
-    return max(compute, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
+    return _kernel_seconds(ops, tile, group_m, spec.sm_count,
+                           _tile_loops(ops, tile, warp_specialized, refill_hidden, spec), spec)
 
 
 @lru_cache(maxsize=65536)
