@@ -23,12 +23,12 @@ from datetime import datetime, timezone
 import torch
 import torch.nn.functional as F
 import triton
-import triton.testing
 
 import tuner
 from tuner.dtypes import DTYPES
 from tuner.execution import random_operands, relative_error
 from tuner.shapes import Shape
+from tuner.timing import time_gpu
 
 SHAPES = [Shape(1, 4096, 4096, "bf16", "nt"), Shape(1, 6144, 4096, "bf16", "nt"),
           Shape(16, 4096, 4096, "bf16", "nn"), Shape(32, 4096, 4096, "bf16", "nt"),
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     print(f"# host time per call — {props.name}, torch {torch.__version__}, triton "
           f"{triton.__version__}, {datetime.now(timezone.utc):%Y-%m-%d}\n")
     print(f"{args.calls} back-to-back calls, median of {args.repeats} runs; GPU µs: the "
-          "kernel's own time (do_bench, L2 flushed), the floor of any per-call figure\n")
+          "kernel's own device time (tuner.timing.time_gpu), the floor of any per-call figure\n")
     print("| shape | torch µs/call | tuner µs/call | tuner/torch | tuner GPU µs |")
     print("|---|---|---|---|---|")
     for shape in SHAPES:
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         err = relative_error(tuner_call(), a.double() @ b.double())
         if not err <= DTYPES[shape.dtype].tolerance:
             raise AssertionError(f"{shape}: relative error {err:.3g}")
-        gpu_us = triton.testing.do_bench(tuner_call, return_mode="median") * 1e3
+        gpu_us = time_gpu(lambda i: tuner_call(), 1).p50_ms * 1e3
         torch_us = per_call_us(torch_call, args.calls, args.repeats)
         tuner_us = per_call_us(tuner_call, args.calls, args.repeats)
         print(f"| {shape} | {torch_us:.1f} | {tuner_us:.1f} | {tuner_us / torch_us:.2f} | "

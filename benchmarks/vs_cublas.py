@@ -12,9 +12,12 @@ call does, and each checked against a float64 reference:
   otherwise, with the table from --config;
 - inductor: torch.compile(mode="max-autotune-no-cudagraphs") of the cuBLAS call, while its
   compile time stays within --inductor-budget-s in total (later shapes show "-").
-Times are triton.testing.do_bench medians (L2 flushed before every run, repeated for
---rep-ms). The table is Markdown with the device and versions on top, and ends with the
-geometric mean and the minimum of tuned/cuBLAS.
+Every contender is timed exactly as the tuner times a config (tuner.timing.time_gpu): device
+time per call, median of at least 10 samples (and >= --min-time-ms of them), L2 flushed before
+each sample with a GPU spin covering the host's launch, CUDA-graph replays for calls under
+20 us, rotating over input sets that together exceed L2. Host cost per call is what
+benchmarks/host_overhead.py measures. The table is Markdown with the device and versions on
+top, and ends with the geometric mean and the minimum of tuned/cuBLAS.
 """
 from __future__ import annotations
 
@@ -28,11 +31,11 @@ from datetime import datetime, timezone
 import torch
 import torch.nn.functional as F
 import triton
-import triton.testing
 
 from tuner.dtypes import DTYPES
-from tuner.execution import random_gemm, reference, relative_error
+from tuner.execution import random_gemm, reference, relative_error, timing_sets
 from tuner.shapes import Shape, load_shapes
+from tuner.timing import time_gpu
 
 
 def parse_rows(text: str | None, count: int) -> range:
@@ -47,17 +50,16 @@ def geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
-def contenders(gemm, layout: str):
-    """(cuBLAS, tuned) for one GEMM: zero-argument calls that return the product."""
+def contenders(layout: str, scaled: bool):
+    """(cuBLAS, tuned): calls of one Gemm's operands that return the product."""
     import tuner
-    g = gemm
-    if g.scale_a is not None:
-        return (lambda: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b, out_dtype=g.out.dtype),
-                lambda: tuner.matmul(g.a, g.b, scale_a=g.scale_a, scale_b=g.scale_b))
+    if scaled:
+        return (lambda g: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b,
+                                           out_dtype=g.out.dtype),
+                lambda g: tuner.matmul(g.a, g.b, scale_a=g.scale_a, scale_b=g.scale_b))
     if layout == "nt":  # b = W^T of a row-major weight W: the linear-layer call
-        weight = g.b.t()
-        return lambda: F.linear(g.a, weight), lambda: tuner.linear(g.a, weight)
-    return lambda: torch.matmul(g.a, g.b), lambda: tuner.matmul(g.a, g.b)
+        return lambda g: F.linear(g.a, g.b.t()), lambda g: tuner.linear(g.a, g.b.t())
+    return lambda g: torch.matmul(g.a, g.b), lambda g: tuner.matmul(g.a, g.b)
 
 
 class Inductor:
@@ -66,14 +68,15 @@ class Inductor:
     def __init__(self, budget_s: float):
         self.left_s = budget_s
 
-    def compiled(self, cublas):
+    def compiled(self, cublas, gemm):
+        """cublas(gemm) compiled, tried on `gemm` once; None past the budget or on failure."""
         if self.left_s <= 0:
             return None
         torch._dynamo.reset()  # one shape per compile: no recompile limits, no reuse
         fn = torch.compile(cublas, mode="max-autotune-no-cudagraphs", fullgraph=True)
         start = time.perf_counter()
         try:
-            fn()
+            fn(gemm)
         except Exception as e:  # noqa: BLE001 - a compiler failure is a table entry
             print(f"<!-- inductor failed: {type(e).__name__}: {e} -->", file=sys.stderr)
             fn = None
@@ -81,24 +84,24 @@ class Inductor:
         return fn
 
 
-def compare(shape: Shape, seed: int, rep_ms: int, inductor: Inductor) -> dict:
+def compare(shape: Shape, seed: int, min_time_ms: float, inductor: Inductor) -> dict:
     """TFLOP/s and errors of every contender on one shape, and the tuned config's variant."""
     from tuner import dispatch
-    gemm = random_gemm(shape, "cuda", seed)
-    ref = reference(gemm)
-    tflop = shape.flops / 1e12
-    cublas, tuned = contenders(gemm, shape.layout)
+    sets = timing_sets(shape, "cuda", seed)
+    check = random_gemm(shape, "cuda", seed - 1)
+    ref = reference(check)
+    cublas, tuned = contenders(shape.layout, check.scale_a is not None)
     row = {}
-    for name, fn in (("cublas", cublas), ("tuned", tuned), ("inductor",
-                                                             inductor.compiled(cublas))):
+    for name, fn in (("cublas", cublas), ("tuned", tuned),
+                     ("inductor", inductor.compiled(cublas, check))):
         if fn is None:
             continue
-        err = relative_error(fn(), ref)
+        err = relative_error(fn(check), ref)
         if name != "cublas" and not err <= DTYPES[shape.dtype].tolerance:
             raise AssertionError(f"{shape} {name}: relative error {err:.3g}")
-        row[name] = (tflop / (triton.testing.do_bench(fn, warmup=25, rep=rep_ms,
-                                                      return_mode="median") * 1e-3), err)
-    _, config = dispatch.plan(gemm)
+        timing = time_gpu(lambda i, fn=fn: fn(sets[i]), len(sets), min_time_ms=min_time_ms)
+        row[name] = (shape.flops / (timing.p50_ms * 1e-3) / 1e12, err)
+    _, config = dispatch.plan(check)
     row["config"] = config["variant"] + (f" pad{config['pad']}" if config["pad"] else "")
     return row
 
@@ -108,7 +111,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", required=True)
     parser.add_argument("--config", required=True, help="table YAML from `tune export`")
     parser.add_argument("--rows", help="1-based data rows to run, e.g. 1-8")
-    parser.add_argument("--rep-ms", type=int, default=300)
+    parser.add_argument("--min-time-ms", type=float, default=300.0,
+                        help="timed milliseconds per contender and shape, at least")
     parser.add_argument("--inductor-budget-s", type=float, default=240.0,
                         help="total seconds of max-autotune compiling (0: no inductor column)")
     args = parser.parse_args(argv)
@@ -120,8 +124,10 @@ def main(argv=None) -> int:
           f"{props.multi_processor_count} SMs, torch {torch.__version__}, triton "
           f"{triton.__version__}, CUDA {torch.version.cuda}, "
           f"{datetime.now(timezone.utc):%Y-%m-%d}\n")
-    print(f"table: {args.config}; do_bench medians over {args.rep_ms} ms, L2 flushed; errors "
-          "are relative Frobenius vs float64; nt rows call linear (x @ W^T)\n")
+    print(f"table: {args.config}; device time per call, tuner.timing.time_gpu medians over "
+          f">= {args.min_time_ms:g} ms (L2 flushed, host launch covered, graphs under 20 us, "
+          "rotating inputs); errors are relative Frobenius vs float64; nt rows call linear "
+          "(x @ W^T)\n")
     print("| M | N | K | dtype | layout | cuBLAS TF/s | tuned TF/s | tuned/cuBLAS | variant | "
           "inductor TF/s | inductor/cuBLAS | err cuBLAS | err tuned |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -129,7 +135,7 @@ def main(argv=None) -> int:
     ratios = []
     for i in parse_rows(args.rows, len(shapes)):
         shape = shapes[i]
-        row = compare(shape, 1000 + i, args.rep_ms, inductor)
+        row = compare(shape, 1000 + 100 * i, args.min_time_ms, inductor)
         torch.cuda.empty_cache()  # compare's buffers are gone; give their memory back
         (cublas_tf, err_cublas), (tuned_tf, err_tuned) = row["cublas"], row["tuned"]
         ratios.append(tuned_tf / cublas_tf)

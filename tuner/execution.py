@@ -107,21 +107,27 @@ def meta_gemm(shape: Shape) -> Gemm:
                 **_scales(shape, lambda v: allocate((1,), torch.float32)))
 
 
+def timing_sets(shape: Shape, device: str, seed: int) -> list[Gemm]:
+    """Equivalent random GEMMs to time on in rotation: on a GPU, as many as it takes (at most
+    MAX_INPUT_SETS) to exceed ROTATION_BYTES together, so no timed run finds its operands in
+    L2; one on the CPU. Seeds seed, seed + 1, ..."""
+    dtype = DTYPES[shape.dtype]
+    set_bytes = ((shape.M * shape.K + shape.K * shape.N) * dtype.torch.itemsize
+                 + shape.M * shape.N * dtype.out.itemsize)
+    n_sets = (min(MAX_INPUT_SETS, max(1, math.ceil(ROTATION_BYTES / set_bytes)))
+              if device != "cpu" else 1)
+    return [random_gemm(shape, device, seed + i) for i in range(n_sets)]
+
+
 class ShapeBench:
     """Inputs, reference and baselines for one shape, reused by every trial of a study."""
 
     def __init__(self, backend: Backend, shape: Shape, seed: int):
         self.backend, self.shape = backend, shape
-        device = backend.torch_device
-        dtype = DTYPES[shape.dtype]
-        set_bytes = ((shape.M * shape.K + shape.K * shape.N) * dtype.torch.itemsize
-                     + shape.M * shape.N * dtype.out.itemsize)
-        n_sets = (min(MAX_INPUT_SETS, max(1, math.ceil(ROTATION_BYTES / set_bytes)))
-                  if backend.gpu else 1)
-        self.sets = [random_gemm(shape, device, seed + 2 + i) for i in range(n_sets)]
-        self.check = random_gemm(shape, device, seed + 1)
+        self.sets = timing_sets(shape, backend.torch_device, seed + 2)
+        self.check = random_gemm(shape, backend.torch_device, seed + 1)
         self.reference = reference(self.check)
-        self.tolerance = dtype.tolerance
+        self.tolerance = DTYPES[shape.dtype].tolerance
 
     def _launcher(self, kernel, config):
         def launch(i):

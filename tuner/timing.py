@@ -5,7 +5,11 @@ one line saying how they were taken, so that a stored number can be judged later
 
 On a GPU, a config whose single launch takes at least `graph_below_ms` is timed launch by
 launch between CUDA events, with L2 flushed before each launch so that no run reads what the
-previous one left in cache. A shorter kernel is timed as a CUDA graph of many launches that
+previous one left in cache. After the flush the GPU spins for longer than the host takes to
+queue the launch (measured per config while warming up), so the start event fires only once
+the launch is queued: a config with a slow host path (Python-built TMA descriptors, padding
+copies) is then timed for what it does on the GPU, not for the gap the host left before it.
+Host cost per call is a separate question, measured by benchmarks/host_overhead.py. A shorter kernel is timed as a CUDA graph of many launches that
 cycle through several input sets: launching one at a time would measure the CPU's launch
 overhead rather than the kernel, and that overhead would decide the ranking. The caller gives
 enough input sets that together they exceed L2, so the rotation keeps the data cold.
@@ -25,7 +29,7 @@ from typing import Protocol
 
 import torch
 
-WARMUP_LAUNCHES = 3
+WARMUP_LAUNCHES = 5
 # Flushed single launches whose median decides between the event and the graph method.
 ESTIMATE_SAMPLES = 10
 MAX_RUNS = 1000
@@ -33,6 +37,10 @@ MAX_RUNS = 1000
 GRAPH_REPLAY_MS = 1.0
 MAX_GRAPH_LAUNCHES = 1000
 MIN_FLUSH_BYTES = 64 * 2**20
+# A flushed sample's GPU spin lasts this many times the host's time to queue one launch.
+HOST_COVER_FACTOR = 2.0
+MAX_HOST_COVER_MS = 1.0
+SPIN_CALIBRATION_CYCLES = 2_000_000  # about a millisecond at Hopper's clocks
 # CUDA events resolve about half a microsecond; a shorter reading says only "very short".
 EVENT_RESOLUTION_MS = 0.0005
 # Two medians closer than this fraction of the faster one are a tie however tight their
@@ -151,25 +159,44 @@ def _l2_flush_buffer(device: int) -> torch.Tensor:
                        device=f"cuda:{device}")
 
 
+@functools.cache
+def _spin_cycles_per_ms(device: int) -> float:
+    """GPU clock cycles per millisecond of torch.cuda._sleep, measured once per device and
+    process (after the first config's warm-up, so at working clocks)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)  # wakes the clocks up
+    start.record()
+    torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
+    end.record()
+    end.synchronize()
+    return SPIN_CALIBRATION_CYCLES / start.elapsed_time(end)
+
+
 class _FlushedLaunches(_EventSampler):
     """One launch per sample, L2 flushed before it.
 
-    The flush also keeps the GPU busy while the CPU queues the launch, so the sample holds
-    the kernel rather than the CPU's launch overhead.
+    The flush and then a spin of `host_cover_ms` keep the GPU busy while the CPU queues the
+    launch, so the sample holds the kernel rather than the CPU's launch overhead.
     """
 
-    def __init__(self, cycle: _SetCycle):
+    def __init__(self, cycle: _SetCycle, host_cover_ms: float):
         super().__init__(cycle)
-        self._flush_buffer = _l2_flush_buffer(torch.cuda.current_device())
+        device = torch.cuda.current_device()
+        self._flush_buffer = _l2_flush_buffer(device)
+        self._host_cover_ms = host_cover_ms
+        self._spin_cycles = int(host_cover_ms * _spin_cycles_per_ms(device))
 
     def _prepare(self) -> None:
         self._flush_buffer.zero_()
+        if self._spin_cycles:
+            torch.cuda._sleep(self._spin_cycles)
 
     def _run(self) -> None:
         self._cycle()
 
     def _describe(self, runs: int) -> str:
-        return f"cuda events, L2 flushed before each of {runs} runs"
+        return (f"cuda events, L2 flushed and a {self._host_cover_ms * 1e3:.0f} us spin "
+                f"covering the host's launch before each of {runs} runs")
 
 
 class _GraphReplays(_EventSampler):
@@ -197,16 +224,23 @@ def _gpu_sampler(launch: Callable[[int], None], n_sets: int,
                  graph_below_ms: float) -> tuple[_EventSampler, float]:
     """Warm one config up and pick its method; returns the sampler and its ms per sample."""
     cycle = _SetCycle(launch, n_sets)
+    host_ms = []
     for _ in range(WARMUP_LAUNCHES):
+        start = time.perf_counter()
         cycle()
-    probe = _FlushedLaunches(cycle)
+        host_ms.append((time.perf_counter() - start) * 1e3)
+    torch.cuda.synchronize()
+    # The least of the readings after the first (which may load the kernel): a launch the
+    # host had to wait for (a full queue, an allocation) reads long without being slow.
+    host_cover_ms = min(HOST_COVER_FACTOR * min(host_ms[1:]), MAX_HOST_COVER_MS)
+    probe = _FlushedLaunches(cycle, host_cover_ms)
     for _ in range(ESTIMATE_SAMPLES):
         probe.take()
     # The low end, not the median: a sample the host was late for includes its launch gap,
     # and a kernel short enough to be overtaken by launch overhead is the one graphs are for.
     launch_ms = max(probe.timing().p20_ms, EVENT_RESOLUTION_MS)
     if launch_ms >= graph_below_ms:
-        return _FlushedLaunches(cycle), launch_ms
+        return _FlushedLaunches(cycle, host_cover_ms), launch_ms
     launches = min(MAX_GRAPH_LAUNCHES, math.ceil(GRAPH_REPLAY_MS / launch_ms))
     return _GraphReplays(cycle, launches, n_sets), launches * launch_ms
 
