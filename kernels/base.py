@@ -171,6 +171,12 @@ class Kernel:
         variant = self.variant[config["variant"]]
         return variant.unsupported(gemm, {p: config[p] for p in variant.params})
 
+    @staticmethod
+    def useful_pads(gemm: Gemm, pads: tuple[int, ...]) -> tuple[int, ...]:
+        """The pads that change this call's operands (0, no padding, always): a study offers
+        only these, since every config with another pad is infeasible (see `feasible`)."""
+        return tuple(p for p in pads if not p or not pad_changes_nothing(gemm, p))
+
     def feasible(self, config: Config, gemm: Gemm, smem_limit: int) -> str | None:
         """None if the config may compile and run for this call, else the reason it cannot.
 

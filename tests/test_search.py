@@ -6,7 +6,7 @@ import pytest
 from tests.factories import H100, VARIANTS
 from tuner.db.session import optuna_storage, session_factory
 from tuner.db.store import Store
-from tuner.execution import TrialResult
+from tuner.execution import TrialResult, meta_gemm
 from tuner.kernels import KERNELS
 from tuner.search import StudyBudget, StudyRunner
 from tuner.shapes import Shape
@@ -122,8 +122,9 @@ def test_timeout_stops_the_study(world):
 
 
 def test_conditional_space_and_infeasible_configs_cost_no_budget(world):
-    """Two variants; pad 64 changes nothing on 256³ and SPLIT_K 32 leaves splits empty, so
-    those are stored as infeasible before compiling, and 10 trials still means 10 measured."""
+    """Two variants; pad 64 changes nothing on 256³, so the study never proposes it, and
+    SPLIT_K 32 leaves splits empty, so those configs are stored as infeasible before
+    compiling; 10 trials still means 10 measured."""
     space = parse_space({
         "kernel": "mm",
         "params": {"variant": ["general", "splitk"], "pad": [0, 64], "BLOCK_M": [32, 64],
@@ -136,9 +137,8 @@ def test_conditional_space_and_infeasible_configs_cost_no_budget(world):
     trials = world.store.trials_of(record)
     infeasible = [t for t in trials if t.status == "infeasible"]
     assert len(trials) - len(infeasible) == 10 == len(executor.compiled)
-    assert infeasible and all("already aligned" in t.reason or "no work" in t.reason
-                              for t in infeasible)
-    assert all(c["pad"] == 0 for c in executor.compiled)
+    assert infeasible and all("no work" in t.reason for t in infeasible)
+    assert all(t.params["pad"] == 0 for t in trials)
     variants = {c["variant"] for c in executor.compiled}
     assert variants == {"general", "splitk"}
     for c in executor.compiled:
@@ -163,3 +163,27 @@ def test_patience_stops_a_study_that_no_longer_improves(world):
     runner.run()
     assert executor.compiled[0] == best
     assert len(executor.compiled) == 4 < 20
+
+
+def test_a_study_offers_only_the_pads_that_change_its_shape():
+    space = SPACE.narrowed(pad=(0,))  # a copy: SPACE itself stays as it is
+    doc = yaml_doc(SPACE)
+    wide = parse_space({**doc, "params": {**doc["params"], "pad": [0, 8, 64]}}, "test",
+                       VARIANTS)
+    mm = KERNELS["mm"]
+    assert mm.useful_pads(meta_gemm(Shape(256, 256, 256, "fp16", "nn")), (0, 8, 64)) == (0,)
+    assert mm.useful_pads(meta_gemm(Shape(4097, 4095, 4100, "bf16", "nn")),
+                          (0, 8, 64)) == (0, 8, 64)
+    assert mm.useful_pads(meta_gemm(Shape(256, 256, 200, "fp16", "nn")), (0, 8, 64)) == (0, 64)
+    assert wide.narrowed(pad=(64, 0)).params["pad"] == (0, 64)
+    assert space.params["pad"] == (0,) and SPACE.params["pad"] == (0,)
+    config = {"variant": "general", "pad": 8, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32,
+              "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    assert wide.holds(config) and not wide.narrowed(pad=(0,)).holds(config)
+    with pytest.raises(ValueError, match="leaves no value"):
+        wide.narrowed(pad=(16,))
+
+
+def yaml_doc(space):
+    return {"kernel": space.kernel, "params": {k: list(v) for k, v in space.params.items()},
+            "strategy": space.strategy}

@@ -35,6 +35,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Statuses that say a config cannot work for a specialization: remembered, skipped next time.
 REMEMBERED = ("compile_error", "timeout", "crashed", "wrong")
 RETIMED_TOP = 3
+CANNOT_RUN_TFLOPS = 0.0  # what the sampler is told of a config that cannot run
 ASKS_PER_TRIAL = 10  # bound on asks when the sampler keeps proposing known configs
 
 
@@ -73,12 +74,16 @@ class StudyRunner:
                  warm_start: Sequence[dict] = ()):
         self.store, self.storage, self.executor, self.slot = store, storage, executor, slot
         self.run_row, self.device, self.kernel_row, self.record = run, device, kernel_row, record
-        self.kernel, self.space, self.shape, self.budget = kernel, space, shape, budget
+        self.kernel, self.shape, self.budget = kernel, shape, budget
         self.smem_limit, self.on_trial, self.keep_going = smem_limit, on_trial, keep_going
-        self.warm_start = warm_start  # configs a new study tries first (tuner.warmstart)
         self.itemsize = DTYPES[shape.dtype].torch.itemsize
         self.specialization = specialization(shape.key())
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
+        # The study's own view of the space: a pad that leaves this shape as it is would only
+        # produce infeasible proposals (on an aligned shape, most of them), so it is not offered.
+        self.space = space.narrowed(pad=kernel.useful_pads(self.meta_gemm, space.params["pad"]))
+        # Configs a new study tries first (tuner.warmstart), those this study can propose.
+        self.warm_start = [c for c in warm_start if self.space.holds(c)]
         self.stored: dict[tuple, Trial] = {}
         self.asks = 0
 
@@ -113,10 +118,15 @@ class StudyRunner:
 
     @staticmethod
     def _tell(study: optuna.Study, trial, row: Trial | None) -> None:
-        if row is not None and row.status == "ok":
-            study.tell(trial, row.tflops)
-        else:
+        """What the sampler learns of a config: its TFLOP/s, or 0 for one that cannot run
+        (infeasible, failing, wrong). TPE leaves FAIL trials out of its model, so a config
+        told as FAIL teaches it nothing, and on a space that is mostly infeasible for a
+        shape it would keep proposing infeasible configs; told as worth nothing, they steer
+        it away. None (nothing known) is a FAIL."""
+        if row is None:
             study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, row.tflops if row.status == "ok" else CANNOT_RUN_TFLOPS)
 
     def _settle_interrupted(self, study: optuna.Study) -> None:
         """Trials a killed run left running: told from our rows if stored, else redone first."""
@@ -146,8 +156,10 @@ class StudyRunner:
             signature = _signature(params)
             if signature in self.stored:
                 self._tell(study, trial, self.stored[signature])
-            elif signature in batch_signatures or params_key(params) in known_failures:
-                study.tell(trial, state=TrialState.FAIL)
+            elif signature in batch_signatures:
+                study.tell(trial, state=TrialState.FAIL)  # told once measured
+            elif params_key(params) in known_failures:
+                study.tell(trial, CANNOT_RUN_TFLOPS)
             elif reason := self.kernel.feasible(params, self.meta_gemm, self.smem_limit):
                 self._tell(study, trial, self._store(params, TrialResult("infeasible", reason)))
             else:

@@ -9,11 +9,12 @@ runs.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -59,6 +60,22 @@ class SearchSpace:
             names = names[1:]
             for values in itertools.product(*(self.params[n] for n in names)):
                 yield {"variant": variant, **dict(zip(names, values))}
+
+    def narrowed(self, **values: Sequence) -> SearchSpace:
+        """This space with some parameters limited to the given values (a study's own view:
+        e.g. only the pads that change its shape), in the space's order."""
+        params = dict(self.params)
+        for name, keep in values.items():
+            params[name] = tuple(v for v in self.params[name] if v in keep)
+            if not params[name]:
+                raise ValueError(f"narrowing {name} to {list(keep)} leaves no value")
+        return dataclasses.replace(self, params=params)
+
+    def holds(self, config: Mapping) -> bool:
+        """Whether every value of the config is one of this space's candidates."""
+        return config.get("variant") in self.variant_params and all(
+            config.get(name) in self.params[name]
+            for name in self.variant_params[config["variant"]])
 
     def suggest(self, trial) -> dict:
         """Draw one config from an Optuna trial: the variant first, then only its parameters.
