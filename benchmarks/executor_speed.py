@@ -1,33 +1,90 @@
 """The parallel executor against sequential compile-then-time, same trial budget, per shape.
 
     python benchmarks/executor_speed.py [--rows 1-8] [--trials 40] [--modes parallel,sequential]
-                                        [--no-warm]
+                                        [--no-warm] [--results FILE] [--stop-after-s S]
 
 "sequential" is one config at a time (--jobs 1 --batch 1): compile, then check and time, as
 before the executor; "parallel" is the default (--jobs = CPU cores, batches of 8 compiled at
 once). Each shape is one `tune run`, cold (the mode's Triton cache holds only what earlier
-shapes compiled, as in one run over the file), then warm (same cache, --retune). Per shape:
-wall time of its study (created to finished: baseline and re-timing included, process start
-excluded), the winner's TFLOP/s, and how many configs were compiled and timed. Rows print as
-they finish.
+shapes of this invocation compiled, as in one run over the file), then warm (same cache,
+--retune). Per shape: wall time of its study (created to finished: baseline and re-timing
+included, process start excluded), the winner's TFLOP/s, and how many configs were compiled
+and timed.
+
+A full comparison outlasts one 10-minute GPU call, so it resumes: each finished (mode, shape)
+is appended to --results (JSON lines) as it finishes, an invocation skips what the file
+already holds, starts no new shape after --stop-after-s, and prints the table of everything
+in the file. A shape measured in a later invocation starts from an empty Triton cache, so it
+is, if anything, colder than in one long run.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
+import time
+from dataclasses import asdict
 from pathlib import Path
 
-from _tune_runs import ROOT, device_line, study_stats, tune, write_rows
+from _tune_runs import ROOT, StudyStats, device_line, study_stats, tune, write_rows
 
 MODES = {"sequential": ("--jobs", "1", "--batch", "1"), "parallel": ()}
 
 
-def _or_dash(stats, field: str) -> str:
-    """A warm-run number for the table, or '-' when warm runs were skipped."""
+def _cell(stats: StudyStats | None, field: str) -> str:
+    """A number for the table, or '-' for a warm run that was skipped."""
     if stats is None:
         return "-"
     value = getattr(stats, field) or 0
     return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def _load(path: Path) -> dict[tuple[str, int], dict]:
+    if not path.exists():
+        return {}
+    records = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {(r["mode"], r["row"]): r for r in records}
+
+
+def _measure(shapes: Path, row: int, mode: str, trials: str, warm: bool, tmp: Path) -> dict:
+    """One shape in one mode: a cold `tune run`, then (if warm) the same with --retune."""
+    shape = write_rows(shapes, str(row), tmp / f"row{row}.csv")
+    db, cache = tmp / f"{mode}-{row}.db", tmp / f"{mode}-cache"
+    common = ("--trials", trials, "--devices", "0", *MODES[mode])
+    tune(shape, db, cache, *common)
+    (cold,) = study_stats(db)
+    record = {"mode": mode, "row": row, "cold": asdict(cold), "warm": None}
+    if warm:
+        tune(shape, db, cache, *common, "--retune")
+        record["warm"] = asdict(study_stats(db)[0])
+    return record
+
+
+def _print_table(header: str, records: dict[tuple[str, int], dict], modes: list[str]) -> None:
+    print(header)
+    print("| shape | mode | cold s | warm s | cold TF/s | warm TF/s | compiled cold/warm | "
+          "timed cold/warm |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode in modes:
+        rows = sorted(r for m, r in records if m == mode)
+        for row in rows:
+            rec = records[(mode, row)]
+            cold = StudyStats(**rec["cold"])
+            warm = StudyStats(**rec["warm"]) if rec["warm"] else None
+            print(f"| {cold.shape} | {mode} | {cold.wall_s:.1f} | {_cell(warm, 'wall_s')} | "
+                  f"{cold.best_tflops or 0:.1f} | {_cell(warm, 'best_tflops')} | "
+                  f"{cold.compiled}/{_cell(warm, 'compiled')} | "
+                  f"{cold.timed}/{_cell(warm, 'timed')} |")
+    print()
+    for mode in modes:
+        recs = [rec for (m, _), rec in sorted(records.items()) if m == mode]
+        if not recs:
+            continue
+        cold = sum(r["cold"]["wall_s"] for r in recs) / len(recs)
+        warms = [r["warm"]["wall_s"] for r in recs if r["warm"]]
+        warm = f", warm {sum(warms) / len(warms):.1f} s" if warms else ""
+        print(f"{mode}: {len(recs)} shapes, mean study wall time per shape cold {cold:.1f} s"
+              f"{warm}")
 
 
 def main() -> None:
@@ -37,40 +94,36 @@ def main() -> None:
     parser.add_argument("--trials", default="40")
     parser.add_argument("--modes", default="parallel,sequential")
     parser.add_argument("--no-warm", action="store_true", help="cold runs only")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="JSON-lines file of finished measurements, resumed from")
+    parser.add_argument("--stop-after-s", type=float, default=None,
+                        help="start no new shape after this many seconds")
     args = parser.parse_args()
-    print(f"# executor vs sequential — {device_line()}\n")
-    print(f"rows {args.rows} of {Path(args.shapes).name}, {args.trials} trials per study, GPU 0\n")
-    print("| shape | mode | cold s | warm s | cold TF/s | warm TF/s | compiled cold/warm | "
-          "timed cold/warm |")
-    print("|---|---|---|---|---|---|---|---|", flush=True)
+    modes = args.modes.split(",")
     first, _, last = args.rows.partition("-")
+    rows = range(int(first), int(last or first) + 1)
+    started = time.monotonic()
+    records = _load(args.results) if args.results else {}
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        totals = {}
-        for mode in args.modes.split(","):
-            cache = tmp / f"{mode}-cache"
-            common = ("--trials", args.trials, "--devices", "0", *MODES[mode])
-            walls = []
-            for row in range(int(first), int(last or first) + 1):
-                shape = write_rows(Path(args.shapes), str(row), tmp / f"row{row}.csv")
-                db = tmp / f"{mode}-{row}.db"
-                tune(shape, db, cache, *common)
-                (cold,) = study_stats(db)
-                warm = None
-                if not args.no_warm:
-                    tune(shape, db, cache, *common, "--retune")
-                    (warm,) = study_stats(db)
-                walls.append((cold.wall_s, warm.wall_s if warm else None))
-                print(f"| {cold.shape} | {mode} | {cold.wall_s:.1f} | {_or_dash(warm, 'wall_s')} "
-                      f"| {cold.best_tflops or 0:.1f} | {_or_dash(warm, 'best_tflops')} | "
-                      f"{cold.compiled}/{_or_dash(warm, 'compiled')} | "
-                      f"{cold.timed}/{_or_dash(warm, 'timed')} |", flush=True)
-            totals[mode] = walls
-    print()
-    for mode, walls in totals.items():
-        cold = sum(c for c, _ in walls) / len(walls)
-        warm = "" if args.no_warm else f", warm {sum(w for _, w in walls) / len(walls):.1f}"
-        print(f"{mode}: mean study wall time per shape cold {cold:.1f} s{warm}")
+        for mode in modes:
+            for row in rows:
+                if (mode, row) in records:
+                    continue
+                if args.stop_after_s and time.monotonic() - started > args.stop_after_s:
+                    break
+                record = _measure(Path(args.shapes), row, mode, args.trials, not args.no_warm,
+                                  Path(tmp))
+                records[(mode, row)] = record
+                if args.results:
+                    with args.results.open("a") as f:
+                        f.write(json.dumps(record) + "\n")
+                print(f"done: {mode} row {row}: {record['cold']['shape']} cold "
+                      f"{record['cold']['wall_s']:.1f} s", flush=True)
+    missing = [(m, r) for m in modes for r in rows if (m, r) not in records]
+    _print_table(f"# executor vs sequential — {device_line()}\n\nrows {args.rows} of "
+                 f"{Path(args.shapes).name}, {args.trials} trials per study, GPU 0"
+                 + (f"; STILL MISSING: {missing}" if missing else "") + "\n",
+                 records, modes)
 
 
 if __name__ == "__main__":
