@@ -9,9 +9,11 @@ previous one left in cache. After the flush the GPU spins for longer than the ho
 queue the launch (measured per config while warming up), so the start event fires only once
 the launch is queued: a config with a slow host path (Python-built TMA descriptors, padding
 copies) is then timed for what it does on the GPU, not for the gap the host left before it.
-Host cost per call is a separate question, measured by benchmarks/host_overhead.py. A shorter kernel is timed as a CUDA graph of many launches that
-cycle through several input sets: launching one at a time would measure the CPU's launch
-overhead rather than the kernel, and that overhead would decide the ranking. The caller gives
+Host cost per call is a separate question, measured by benchmarks/host_overhead.py.
+
+A shorter kernel is timed as a CUDA graph of many launches that cycle through several input
+sets: launching one at a time would measure the CPU's launch overhead rather than the kernel,
+and that overhead would decide the ranking. The caller gives
 enough input sets that together they exceed L2, so the rotation keeps the data cold.
 
 Results are read only after the last sample is queued: the CPU never waits on the GPU
