@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +25,8 @@ class StudyStats:
     best_tflops: float | None
     compiled: int  # trials that got past the feasibility check (compiled or failed to)
     timed: int  # trials that ran correctly and were timed
+    slowest_compile_s: float | None = None  # of the configs that compiled
+    failures: str = ""  # e.g. "timeout 1, wrong 2": trials that compiled or ran and failed
 
 
 def write_rows(shapes_csv: Path, rows: str, out: Path) -> Path:
@@ -57,14 +60,18 @@ def study_stats(db: Path) -> list[StudyStats]:
             (run_id,)).fetchall()
         stats = []
         for sid, m, n, k, dtype, layout, created, finished in rows:
-            trials = c.execute("select status, tflops from tuner_trials where study_id = ? "
-                               "and run_id = ?", (sid, run_id)).fetchall()
-            ok = [tf for status, tf in trials if status == "ok"]
+            trials = c.execute("select status, tflops, compile_s from tuner_trials where "
+                               "study_id = ? and run_id = ?", (sid, run_id)).fetchall()
+            ok = [tf for status, tf, _ in trials if status == "ok"]
+            compile_s = [s for _, _, s in trials if s is not None]
+            failed = Counter(status for status, _, _ in trials
+                             if status not in ("ok", "infeasible"))
             wall = (datetime.fromisoformat(finished) - datetime.fromisoformat(created))
-            stats.append(StudyStats(f"{m}x{n}x{k} {dtype} {layout}", wall.total_seconds(),
-                                    max(ok) if ok else None,
-                                    sum(1 for status, _ in trials if status != "infeasible"),
-                                    len(ok)))
+            stats.append(StudyStats(
+                f"{m}x{n}x{k} {dtype} {layout}", wall.total_seconds(), max(ok) if ok else None,
+                sum(1 for status, _, _ in trials if status != "infeasible"), len(ok),
+                max(compile_s) if compile_s else None,
+                ", ".join(f"{status} {count}" for status, count in sorted(failed.items()))))
     return stats
 
 

@@ -8,8 +8,8 @@ before the executor; "parallel" is the default (--jobs = CPU cores, batches of 8
 once). Each shape is one `tune run`, cold (the mode's Triton cache holds only what earlier
 shapes of this invocation compiled, as in one run over the file), then warm (same cache,
 --retune). Per shape: wall time of its study (created to finished: baseline and re-timing
-included, process start excluded), the winner's TFLOP/s, and how many configs were compiled
-and timed.
+included, process start excluded) and of the whole `tune run` process, the winner's TFLOP/s,
+how many configs were compiled and timed, the slowest compile and the failed trials.
 
 A full comparison outlasts one 10-minute GPU call, so it resumes: each finished (mode, shape)
 is appended to --results (JSON lines) as it finishes, an invocation skips what the file
@@ -32,10 +32,10 @@ MODES = {"sequential": ("--jobs", "1", "--batch", "1"), "parallel": ()}
 
 
 def _cell(stats: StudyStats | None, field: str) -> str:
-    """A number for the table, or '-' for a warm run that was skipped."""
-    if stats is None:
+    """A number for the table, or '-' for a warm run that was skipped or a missing value."""
+    value = None if stats is None else getattr(stats, field)
+    if value is None:
         return "-"
-    value = getattr(stats, field) or 0
     return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
@@ -51,30 +51,33 @@ def _measure(shapes: Path, row: int, mode: str, trials: str, warm: bool, tmp: Pa
     shape = write_rows(shapes, str(row), tmp / f"row{row}.csv")
     db, cache = tmp / f"{mode}-{row}.db", tmp / f"{mode}-cache"
     common = ("--trials", trials, "--devices", "0", *MODES[mode])
-    tune(shape, db, cache, *common)
+    cold_run_s = tune(shape, db, cache, *common)
     (cold,) = study_stats(db)
-    record = {"mode": mode, "row": row, "cold": asdict(cold), "warm": None}
+    record = {"mode": mode, "row": row, "cold": asdict(cold), "warm": None,
+              "run_s": {"cold": cold_run_s}}
     if warm:
-        tune(shape, db, cache, *common, "--retune")
+        record["run_s"]["warm"] = tune(shape, db, cache, *common, "--retune")
         record["warm"] = asdict(study_stats(db)[0])
     return record
 
 
 def _print_table(header: str, records: dict[tuple[str, int], dict], modes: list[str]) -> None:
     print(header)
-    print("| shape | mode | cold s | warm s | cold TF/s | warm TF/s | compiled cold/warm | "
-          "timed cold/warm |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | mode | cold s | warm s | process cold/warm s | cold TF/s | warm TF/s | "
+          "compiled cold/warm | timed cold/warm | slowest compile cold s | failed cold |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mode in modes:
         rows = sorted(r for m, r in records if m == mode)
         for row in rows:
             rec = records[(mode, row)]
             cold = StudyStats(**rec["cold"])
             warm = StudyStats(**rec["warm"]) if rec["warm"] else None
+            process = "/".join(f"{s:.1f}" for s in rec.get("run_s", {}).values()) or "-"
             print(f"| {cold.shape} | {mode} | {cold.wall_s:.1f} | {_cell(warm, 'wall_s')} | "
-                  f"{cold.best_tflops or 0:.1f} | {_cell(warm, 'best_tflops')} | "
+                  f"{process} | {cold.best_tflops or 0:.1f} | {_cell(warm, 'best_tflops')} | "
                   f"{cold.compiled}/{_cell(warm, 'compiled')} | "
-                  f"{cold.timed}/{_cell(warm, 'timed')} |")
+                  f"{cold.timed}/{_cell(warm, 'timed')} | {_cell(cold, 'slowest_compile_s')} | "
+                  f"{cold.failures or '-'} |")
     print()
     for mode in modes:
         recs = [rec for (m, _), rec in sorted(records.items()) if m == mode]

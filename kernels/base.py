@@ -23,12 +23,15 @@ from pathlib import Path
 import torch
 
 from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
-from tuner.space import KERNEL_PARAMS
+from tuner.space import KERNEL_PARAMS, SearchSpace
 
 Config = Mapping[str, "int | str"]
 SPECIALIZED_FIELDS = ("M", "N", "K", "stride_am", "stride_bk")
 # The parameters of a plain tile GEMM, which the tile variants share.
 TILE_PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
+# 32-bit registers one thread may hold (every NVIDIA GPU since Kepler); past it, the compiler
+# spills to local memory.
+MAX_REGS_PER_THREAD = 255
 
 _SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
                 "num_stages": "s", "num_warps": "w", "SPLIT_K": "SK", "ATOMIC": "atomic",
@@ -172,20 +175,28 @@ class Kernel:
         return variant.unsupported(gemm, {p: config[p] for p in variant.params})
 
     @staticmethod
-    def useful_pads(gemm: Gemm, pads: tuple[int, ...]) -> tuple[int, ...]:
-        """The pads that change this call's operands (0, no padding, always): a study offers
-        only these, since every config with another pad is infeasible (see `feasible`)."""
-        return tuple(p for p in pads if not p or not pad_changes_nothing(gemm, p))
+    def study_space(space: SearchSpace, gemm: Gemm) -> SearchSpace:
+        """What a study of this call searches (and the model ranks for it): `space` with only
+        the pads that change the call's operands (0, no padding, always), since every config
+        with another pad is infeasible (see `feasible`)."""
+        return space.narrowed(pad=tuple(p for p in space.params["pad"]
+                                        if not p or not pad_changes_nothing(gemm, p)))
 
     def feasible(self, config: Config, gemm: Gemm, smem_limit: int) -> str | None:
         """None if the config may compile and run for this call, else the reason it cannot.
 
-        Runs before compiling, so an oversized config, a variant the operands do not suit, or
-        a pad that changes nothing costs no compile time. `gemm` may hold meta tensors.
+        Runs before compiling, so an oversized config (shared memory, or an accumulator
+        beyond the registers of its threads), a variant the operands do not suit, or a pad
+        that changes nothing costs no compile time. `gemm` may hold meta tensors.
         """
         need = self.smem_bytes(config, gemm.a.element_size())
         if need > smem_limit:
             return f"shared memory: needs ~{need} bytes, device limit {smem_limit}"
+        if "BLOCK_N" in config:  # a tile variant: its fp32 BLOCK_M×BLOCK_N accumulator
+            regs = config["BLOCK_M"] * config["BLOCK_N"] // (32 * config["num_warps"])
+            if regs > MAX_REGS_PER_THREAD:  # spills for certain, and ptxas takes minutes
+                return (f"registers: the accumulator alone needs {regs} per thread, limit "
+                        f"{MAX_REGS_PER_THREAD}")
         if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
             return f"pad {config['pad']}: the operands are already aligned to it"
         return self.unsupported(config, gemm)

@@ -180,6 +180,15 @@ def test_feasibility_rejects_configs_over_shared_memory():
                        232448) is None
 
 
+def test_feasibility_rejects_an_accumulator_beyond_the_registers_of_its_threads():
+    gemm = meta_gemm(Shape(512, 512, 512, "bf16", "nn"))
+    # 128×256 fp32 over 2 warps: 512 registers per thread; over 8 warps: 128.
+    spilling = mm_config(**dict(zip(GENERAL.params, (128, 256, 64, 8, 2, 2))))
+    assert "accumulator alone needs 512" in MM.feasible(spilling, gemm, 232448)
+    assert MM.feasible(mm_config(**dict(zip(GENERAL.params, (128, 256, 64, 8, 2, 8)))), gemm,
+                       232448) is None
+
+
 def test_feasibility_rejects_a_pad_that_changes_nothing_and_a_variant_that_cannot_run():
     aligned, ragged = (meta_gemm(Shape(m, 64, 64, "fp16", "nn")) for m in (64, 63))
     assert "already aligned" in MM.feasible(mm_config(pad=16), aligned, 232448)

@@ -182,6 +182,9 @@ def test_more_work_never_takes_less_time(shape, dim, data):
     bigger = replace(shape, **{dim: 2 * getattr(shape, dim)})
     assume(kernel_for(bigger.M, bigger.N) is kernel_for(shape.M, shape.N))
     config = _config_for(data, shape)
+    # Padding leaves a dimension of 1 alone (kernels/padding.py) but pads its double: not the
+    # same kernel problem grown, but another one.
+    assume(getattr(shape, dim) > 1 or not config["pad"])
     assert model.predict_ms(bigger, config, H200) >= model.predict_ms(shape, config, H200)
 
 
@@ -292,8 +295,10 @@ def test_ranked_configs_are_feasible_sorted_and_complete(shape, k, smem_limit):
 #   4097×4095×4100     149.0 128,128,32,2,4 128,128,64,2,4      156.3       5th
 #   64×128256×4096     264.5  64,256,32,3,4  64,128,64,2,4      269.9       3rd
 # So the model's top is within 0.85-1.29× of the measured best, and the measured best is
-# always in its top 10%. Over the whole builtin mm space (not asserted: ~2 s per shape) the
-# model's top predicts 710, 697, 44.5 (split-K), 426, 707, 435 (TMA), 544 (pad 8) and 270
+# always in its top 10% (33 of the 328 configs; the ranking now holds 300, the register
+# check rejecting 28 whose accumulator cannot fit, none of them a measured best). Over the
+# whole builtin mm space (not asserted: ~2 s per shape)
+# the model's top predicts 710, 697, 44.5 (split-K), 426, 707, 435 (TMA), 544 (pad 8) and 270
 # TF/s, against the best known measurements: cuBLAS's 784, 774, 28.8, 359, 796, 527, the
 # padded aligned kernel's 506 for 4097×4095×4100 and 264.5: again within 0.7-1.55×.
 ANCHORS = [
@@ -306,6 +311,7 @@ ANCHORS = [
     ((4097, 4095, 4100), 149.0, (128, 128, 32, 2, 4)),
     ((64, 128256, 4096), 264.5, (64, 256, 32, 3, 4)),
 ]
+ANCHOR_TOP_10_PERCENT = 33  # of the 328 configs the anchor grid can run
 ANCHOR_SPACE = _space("mm", variant=["general"], pad=[0], BLOCK_M=[32, 64, 128, 256],
                       BLOCK_N=[32, 64, 128, 256], BLOCK_K=[32, 64, 128], GROUP_M=[8],
                       num_stages=[2, 3, 4, 5], num_warps=[4, 8])
@@ -321,4 +327,4 @@ def test_the_model_agrees_with_the_exhaustive_anchors(dims, measured_tflops, mea
                 **dict(zip(("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "num_warps"),
                            measured_best)))
     position = [config for _, config in ranked].index(best)
-    assert position < len(ranked) // 10
+    assert position < ANCHOR_TOP_10_PERCENT

@@ -1,5 +1,7 @@
 """The search loop: a real Optuna study in a real database, with a scripted executor."""
 import dataclasses
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -30,16 +32,18 @@ def speed(config):
 
 class ScriptedExecutor:
     """Stands in for Executor: bigger tiles are faster; BLOCK_M=128 with 3 stages won't compile;
-    BLOCK_M=32, BLOCK_N=128 crashes its worker."""
-    options = SimpleNamespace(backend="gpu")
+    BLOCK_M=32, BLOCK_N=128 crashes its worker. Compiles finish at once."""
+    options = SimpleNamespace(backend="gpu", compile_timeout_s=120.0)
 
     def __init__(self):
         self.compiled, self.measured, self.retimed = [], [], []
 
-    def compile(self, shape, kernel_name, configs):
-        self.compiled += configs
-        return [TrialResult("compile_error", "OutOfResources: shared memory")
-                if c["BLOCK_M"] == 128 and c["num_stages"] == 3 else 1.0 for c in configs]
+    def submit_compile(self, shape, kernel_name, config):
+        self.compiled.append(config)
+        done = Future()
+        done.set_result(TrialResult("compile_error", "OutOfResources: shared memory")
+                        if config["BLOCK_M"] == 128 and config["num_stages"] == 3 else 1.0)
+        return done
 
     def measure(self, slot, shape, seed, kernel_name, config):
         self.measured.append(config)
@@ -169,11 +173,13 @@ def test_patience_stops_a_study_that_no_longer_improves(world):
 def test_a_study_offers_only_the_pads_that_change_its_shape():
     space = SPACE.narrowed(pad=(0,))  # a copy: SPACE itself stays as it is
     wide = dataclasses.replace(SPACE, params={**SPACE.params, "pad": (0, 8, 64)})
-    mm = KERNELS["mm"]
-    assert mm.useful_pads(meta_gemm(Shape(256, 256, 256, "fp16", "nn")), (0, 8, 64)) == (0,)
-    assert mm.useful_pads(meta_gemm(Shape(4097, 4095, 4100, "bf16", "nn")),
-                          (0, 8, 64)) == (0, 8, 64)
-    assert mm.useful_pads(meta_gemm(Shape(256, 256, 200, "fp16", "nn")), (0, 8, 64)) == (0, 64)
+
+    def pads(shape):
+        return KERNELS["mm"].study_space(wide, meta_gemm(shape)).params["pad"]
+
+    assert pads(Shape(256, 256, 256, "fp16", "nn")) == (0,)
+    assert pads(Shape(4097, 4095, 4100, "bf16", "nn")) == (0, 8, 64)
+    assert pads(Shape(256, 256, 200, "fp16", "nn")) == (0, 64)
     assert wide.narrowed(pad=(64, 0)).params["pad"] == (0, 64)
     assert space.params["pad"] == (0,) and SPACE.params["pad"] == (0,)
     config = {"variant": "general", "pad": 8, "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32,
@@ -182,3 +188,40 @@ def test_a_study_offers_only_the_pads_that_change_its_shape():
     with pytest.raises(ValueError, match="leaves no value"):
         wide.narrowed(pad=(16,))
 
+
+
+class StragglingExecutor(ScriptedExecutor):
+    """Compiles in real threads; the first config asked compiles until every other config
+    has been measured, then times out."""
+
+    def __init__(self, trials):
+        super().__init__()
+        self.pool = ThreadPoolExecutor(4)
+        self.others_measured = threading.Event()
+        self.trials = trials
+
+    def submit_compile(self, shape, kernel_name, config):
+        self.compiled.append(config)
+        straggler = len(self.compiled) == 1
+
+        def compile_it():
+            if straggler:
+                self.others_measured.wait(10)
+                return TrialResult("timeout", "timeout after 120 s")
+            return 1.0
+        return self.pool.submit(compile_it)
+
+    def measure(self, slot, shape, seed, kernel_name, config):
+        if len(self.measured) == self.trials - 2:  # this is the last of the others
+            self.others_measured.set()
+        return super().measure(slot, shape, seed, kernel_name, config)
+
+
+def test_configs_stream_past_a_slow_compile(world):
+    executor = StragglingExecutor(trials=12)
+    runner, record = world.runner(executor, trials=12)
+    runner.run()
+    assert len(executor.measured) == 11 and executor.compiled[0] not in executor.measured
+    statuses = {signature: t.status for t in world.store.trials_of(record)
+                for signature in signatures([t.params])}
+    assert len(statuses) == 12 and statuses[signatures(executor.compiled[:1])[0]] == "timeout"

@@ -39,3 +39,12 @@ def test_a_sticky_cuda_error_retires_the_worker(worker):
     with pytest.raises(TaskFailed, match="illegal memory access"):
         worker.call(tasks.sticky_cuda_error, timeout=30)
     assert worker.call(tasks.pid, timeout=120) != before
+
+
+def test_a_time_limit_that_tightens_while_the_task_runs(worker):
+    """The executor's straggler rule: a limit read again during the call cuts a task that
+    started under a looser one."""
+    worker.call(tasks.pid, timeout=120)  # started and imported: the next call only hangs
+    limits = iter([60.0, 60.0])
+    with pytest.raises(WorkerLost, match=r"^timeout after 1 s$"):
+        worker.call(tasks.hang, timeout=lambda: next(limits, 1.0))

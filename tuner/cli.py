@@ -15,6 +15,10 @@ import click
 from tuner.shapes import ShapesError, load_shapes
 from tuner.space import SpaceError
 
+# Configs in flight per study unless --batch says otherwise: enough compiling at once to keep
+# one GPU measuring, few enough that the sampler still learns from most of what it proposed.
+MAX_DEFAULT_BATCH = 16
+
 db_option = click.option(
     "--db", "db_url", envvar="TUNE_DB", default=None, metavar="URL",
     help="SQLAlchemy database URL [default: sqlite:///tune.db; env: TUNE_DB].")
@@ -81,8 +85,9 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
                    "visible].")
 @click.option("--jobs", default=os.cpu_count() or 1, show_default="CPU cores",
               type=click.IntRange(min=1), help="Processes compiling configs in parallel.")
-@click.option("--batch", default=8, show_default=True, type=click.IntRange(min=1),
-              help="Configs asked of the sampler, compiled and measured per round.")
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="Configs in flight per study: asked of the sampler, compiling or waiting "
+                   "to be measured [default: --jobs, at most 16].")
 @click.option("--compile-timeout", "compile_timeout_s", default=120.0, show_default=True,
               type=click.FloatRange(min=0, min_open=True),
               help="Seconds one config may compile; past it the trial is a 'timeout'.")
@@ -126,7 +131,8 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
         click.echo(f"{len(shapes)} shapes -> {len(plans)} studies on {where}, {trials} trials "
                    f"each (configs in space: {sizes})", err=True)
         with RichReporter(len(plans)) as reporter:
-            budget = StudyBudget(trials, timeout_s, seed, batch, patience)
+            budget = StudyBudget(trials, timeout_s, seed, batch or min(jobs, MAX_DEFAULT_BATCH),
+                                 patience)
             job = TuneJob(store, storage, executor, spaces, budget, retune, reporter)
             summary = job.run(plans, sys.argv)
     finally:

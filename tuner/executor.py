@@ -1,15 +1,18 @@
 """Where the tuner's work runs: a pool of compile workers and one measuring worker per device.
 
-The tuner process never touches CUDA. Compiling a batch of configs happens in parallel in
-`jobs` compile workers, each under a time limit; the binaries land in Triton's on-disk cache,
-so the device worker that then checks and times each config only loads them. A worker that
-crashes or hangs costs the trial it held (status `crashed` or `timeout`, with the reason) and
-is replaced; the run goes on.
+The tuner process never touches CUDA. Configs compile in parallel in `jobs` compile workers,
+each under a time limit; the binaries land in Triton's on-disk cache, so the device worker
+that then checks and times each config only loads them. A worker that crashes or hangs costs
+the trial it held (status `crashed` or `timeout`, with the reason) and is replaced; the run
+goes on.
 """
 from __future__ import annotations
 
+import collections
 import queue
-from concurrent.futures import ThreadPoolExecutor
+import statistics
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tuner import execution
@@ -29,6 +32,26 @@ class ExecutorOptions:
     trial_timeout_s: float = 600.0
 
 
+# Workers import these as they start, before their first task arrives.
+_PRELOAD = ("tuner.execution",)
+# A compile is a straggler once it runs STRAGGLER_FACTOR times longer than the median of the
+# run's recent compiles (known once STRAGGLER_SAMPLES have finished), but never below
+# STRAGGLER_FLOOR_S.
+STRAGGLER_SAMPLES = 8
+STRAGGLER_FACTOR = 10.0
+STRAGGLER_FLOOR_S = 30.0
+RECENT_COMPILES = 64
+
+
+def compile_limit(recent_s: Sequence[float], cap_s: float) -> float:
+    """Seconds a compile may run: `cap_s` (--compile-timeout), or less once enough compiles
+    have finished to tell a straggler. A config compiling ten times longer than its peers
+    holds its study back for minutes and is rarely a fast kernel, so it becomes a `timeout`."""
+    if len(recent_s) < STRAGGLER_SAMPLES:
+        return cap_s
+    return min(cap_s, max(STRAGGLER_FLOOR_S, STRAGGLER_FACTOR * statistics.median(recent_s)))
+
+
 def _lost(e: WorkerLost) -> TrialResult:
     reason = str(e)
     return TrialResult("timeout" if reason.startswith("timeout") else "crashed", reason)
@@ -42,14 +65,22 @@ class Executor:
         slots = (None,) if interpret else options.devices
         self.device_workers = [
             Worker(f"device-{d}", base_env if d is None else {**base_env,
-                                                               "CUDA_VISIBLE_DEVICES": str(d)})
+                                                               "CUDA_VISIBLE_DEVICES": str(d)},
+                   preload=_PRELOAD)
             for d in slots]
+        compilers = [] if interpret else [
+            Worker(f"compile-{i}", {"CUDA_VISIBLE_DEVICES": str(options.devices[0])},
+                   preload=_PRELOAD) for i in range(options.jobs)]
         self.idle_compilers: queue.Queue[Worker] = queue.Queue()
-        if not interpret:
-            for i in range(options.jobs):
-                self.idle_compilers.put(Worker(f"compile-{i}",
-                                               {"CUDA_VISIBLE_DEVICES": str(options.devices[0])}))
-        self.compile_threads = ThreadPoolExecutor(max(1, options.jobs))
+        for worker in compilers:
+            self.idle_compilers.put(worker)
+        # Every worker starts importing now, while the run reads its plans and the device.
+        for worker in [*self.device_workers, *compilers]:
+            worker.start()
+        self.compile_threads = ThreadPoolExecutor(max(1, options.jobs),
+                                                  thread_name_prefix="compile")
+        self.recent_compiles_s: collections.deque[float] = collections.deque(
+            maxlen=RECENT_COMPILES)
 
     @property
     def slots(self) -> int:
@@ -60,26 +91,41 @@ class Executor:
         return self.device_workers[0].call(execution.device_info_task, timeout=300)
 
     # -- compiling ------------------------------------------------------------------------
+    def _compile_limit(self) -> float:
+        return compile_limit(list(self.recent_compiles_s), self.options.compile_timeout_s)
+
     def _compile_one(self, shape: Shape, kernel_name: str, config: dict) -> float | TrialResult:
         worker = self.idle_compilers.get()
         try:
-            return worker.call(execution.compile_task, shape, kernel_name, config,
-                               timeout=self.options.compile_timeout_s)
+            # The limit is asked again while the compile runs: one that started before the
+            # run knew its typical compile is still cut once it turns out a straggler.
+            seconds = worker.call(execution.compile_task, shape, kernel_name, config,
+                                  timeout=self._compile_limit)
+            self.recent_compiles_s.append(seconds)
+            return seconds
         except TaskFailed as e:
             return TrialResult("compile_error", str(e))
         except WorkerLost as e:
+            worker.start()  # its replacement imports while the pool works on
+            limit, cap = self._compile_limit(), self.options.compile_timeout_s
+            if str(e).startswith("timeout") and limit < cap:
+                return TrialResult("timeout", f"compile outlasted {limit:.0f} s, "
+                                   f"{STRAGGLER_FACTOR:g}x the run's median compile "
+                                   f"(--compile-timeout {cap:g} s)")
             return _lost(e)
         finally:
             self.idle_compilers.put(worker)
 
-    def compile(self, shape: Shape, kernel_name: str,
-                configs: list[dict]) -> list[float | TrialResult]:
-        """Per config: compile seconds, or the failed TrialResult. In parallel, in order."""
+    def submit_compile(self, shape: Shape, kernel_name: str,
+                       config: dict) -> Future[float | TrialResult]:
+        """Compile one config in the pool; the future holds its seconds or its failed
+        TrialResult. Studies keep several in flight, so compiling the next configs overlaps
+        measuring the last ones."""
         if self.options.backend == "interpret":  # the interpreter has nothing to compile
-            return [0.0] * len(configs)
-        futures = [self.compile_threads.submit(self._compile_one, shape, kernel_name, c)
-                   for c in configs]
-        return [f.result() for f in futures]
+            done: Future[float | TrialResult] = Future()
+            done.set_result(0.0)
+            return done
+        return self.compile_threads.submit(self._compile_one, shape, kernel_name, config)
 
     # -- measuring on a device --------------------------------------------------------------
     def measure(self, slot: int, shape: Shape, seed: int, kernel_name: str,

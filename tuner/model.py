@@ -42,13 +42,13 @@ from typing import NamedTuple
 
 from tuner.backends import DeviceInfo
 from tuner.dtypes import DTYPES
+from tuner.kernels.base import MAX_REGS_PER_THREAD
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 
 # ---------------------------------------------------------------------------------------
 # Hopper SM resources (CUDA C Programming Guide, compute capability 9.0).
 REGS_PER_SM = 65536
-MAX_REGS_PER_THREAD = 255
 MAX_THREADS_PER_SM = 2048
 MAX_PROGRAMS_PER_SM = 32
 SMEM_RESERVED_PER_PROGRAM = 1024  # the driver keeps 1 KB of shared memory per block

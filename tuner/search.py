@@ -1,10 +1,10 @@
-"""One Optuna study per bucketed key: ask a batch, compile it in parallel, measure, tell.
+"""One Optuna study per bucketed key: ask configs, compile them in parallel, measure, tell.
 
 The Optuna study lives in the tuning database (Optuna's RDB storage), beside our own trial
 rows, so a run killed at any moment resumes: trials Optuna still shows as running are either
 found among the stored trials (told again) or redone first (re-enqueued). The sampler is TPE,
-seeded, with the constant liar so that a batch asked at once spreads out; each config draws
-the variant first and then only that variant's parameters (SearchSpace.suggest). Configs
+seeded, with the constant liar so that the configs in flight at once spread out; each config
+draws the variant first and then only that variant's parameters (SearchSpace.suggest). Configs
 known to fail for this specialization are skipped without compiling or timing, and configs
 found infeasible before compiling do not count against the trial budget. A new study first
 tries the configs it is given to warm-start from (tuner.warmstart), and a study may stop early
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 
 import optuna
@@ -44,7 +45,7 @@ class StudyBudget:
     trials: int
     timeout_s: float | None
     seed: int
-    batch: int = 8
+    batch: int = 8  # configs in flight at once: compiling, or compiled and awaiting measure
     # Stop once this many trials in a row improved the best by no more than IMPROVEMENT.
     patience: int | None = None
 
@@ -61,6 +62,14 @@ class StudyOutcome:
 
 def _signature(params: dict) -> tuple:
     return tuple(sorted(params.items()))
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A config asked of the sampler and compiling, or compiled and waiting to be measured."""
+    trial: optuna.trial.Trial
+    params: dict
+    signature: tuple
 
 
 class StudyRunner:
@@ -81,10 +90,11 @@ class StudyRunner:
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
         # The study's own view of the space: a pad that leaves this shape as it is would only
         # produce infeasible proposals (on an aligned shape, most of them), so it is not offered.
-        self.space = space.narrowed(pad=kernel.useful_pads(self.meta_gemm, space.params["pad"]))
+        self.space = kernel.study_space(space, self.meta_gemm)
         # Configs a new study tries first (tuner.warmstart), those this study can propose.
         self.warm_start = [c for c in warm_start if self.space.holds(c)]
         self.stored: dict[tuple, Trial] = {}
+        self.in_flight: dict[Future, _Pending] = {}
         self.asks = 0
 
     @property
@@ -143,43 +153,57 @@ class StudyRunner:
                                    storage=self.storage, sampler=sampler, direction="maximize",
                                    load_if_exists=True)
 
-    def _ask_batch(self, study: optuna.Study, known_failures: set[str]) -> list:
-        """Up to `batch` new, feasible configs; everything else is answered on the spot."""
-        batch, batch_signatures = [], set()
-        want = min(self.budget.batch, self.budget.trials - self.attempted)
-        for _ in range(want * ASKS_PER_TRIAL):
-            if len(batch) >= min(want, self.budget.trials - self.attempted):
-                break
+    def _asking(self, deadline: float | None) -> bool:
+        """Whether the study still wants new configs (those in flight count as taken)."""
+        taken = len(self.in_flight)
+        return (self.attempted + taken < self.budget.trials
+                and len(self.stored) + taken < self.space.size
+                and self.asks < self.budget.trials * ASKS_PER_TRIAL
+                and self.keep_going() and not self.stalled()
+                and (deadline is None or time.monotonic() < deadline))
+
+    def _ask(self, study: optuna.Study, known_failures: set[str]) -> None:
+        """Tops the configs in flight up to `batch`: each new, feasible config the sampler
+        proposes starts compiling; everything else is answered on the spot."""
+        room = min(self.budget.batch - len(self.in_flight),
+                   self.budget.trials - self.attempted - len(self.in_flight))
+        for _ in range(max(room, 0) * ASKS_PER_TRIAL):
+            if room <= 0:
+                return
             trial = study.ask()
             self.asks += 1
             params = self.space.suggest(trial)
             signature = _signature(params)
             if signature in self.stored:
                 self._tell(study, trial, self.stored[signature])
-            elif signature in batch_signatures:
+            elif signature in (p.signature for p in self.in_flight.values()):
                 study.tell(trial, state=TrialState.FAIL)  # told once measured
             elif params_key(params) in known_failures:
                 study.tell(trial, CANNOT_RUN_TFLOPS)
             elif reason := self.kernel.feasible(params, self.meta_gemm, self.smem_limit):
                 self._tell(study, trial, self._store(params, TrialResult("infeasible", reason)))
             else:
-                batch.append((trial, params))
-                batch_signatures.add(signature)
-        return batch
+                future = self.executor.submit_compile(self.shape, self.kernel.name, params)
+                self.in_flight[future] = _Pending(trial, params, signature)
+                room -= 1
 
-    def _measure_batch(self, study: optuna.Study, batch: list) -> None:
-        compiled = self.executor.compile(self.shape, self.kernel.name, [p for _, p in batch])
-        for (trial, params), outcome in zip(batch, compiled):
-            if isinstance(outcome, TrialResult):
-                result = outcome
-            else:
-                result = self.executor.measure(self.slot, self.shape, self.record.seed,
-                                               self.kernel.name, params)
-                if self.executor.options.backend == "gpu":
-                    result = replace(result, compile_s=outcome)
-            self._tell(study, trial, self._store(params, result))
+    def _measure(self, study: optuna.Study, pending: _Pending,
+                 compiled: float | TrialResult) -> None:
+        """A compiled config checked and timed on this study's device; a failed one stored."""
+        if isinstance(compiled, TrialResult):
+            result = compiled
+        else:
+            result = self.executor.measure(self.slot, self.shape, self.record.seed,
+                                           self.kernel.name, pending.params)
+            if self.executor.options.backend == "gpu":
+                result = replace(result, compile_s=compiled)
+        self._tell(study, pending.trial, self._store(pending.params, result))
 
     def run(self) -> StudyOutcome:
+        """Streams configs through: up to `batch` compile at once, and each is measured as
+        soon as it has compiled, so neither the device nor the compile pool waits for a
+        batch's slowest config. On a stop request the study returns at once, its configs in
+        flight left running in Optuna (redone on resume)."""
         study = self._open()
         self.stored = {_signature(t.params): t for t in self.store.trials_of(self.record)}
         if not study.get_trials(deepcopy=False):  # a new study: known-good configs first
@@ -190,13 +214,17 @@ class StudyRunner:
                                                    self.specialization)
         deadline = (None if self.budget.timeout_s is None
                     else time.monotonic() + self.budget.timeout_s)
-        while (self.attempted < self.budget.trials and len(self.stored) < self.space.size
-               and self.asks < self.budget.trials * ASKS_PER_TRIAL and self.keep_going()
-               and not self.stalled()
-               and (deadline is None or time.monotonic() < deadline)):
-            batch = self._ask_batch(study, known_failures)
-            if batch:
-                self._measure_batch(study, batch)
+        while self.keep_going():
+            if self._asking(deadline):
+                self._ask(study, known_failures)
+            elif not self.in_flight:
+                break
+            if self.in_flight:  # short waits: a stop request is seen within a second
+                done, _ = wait(self.in_flight, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in [f for f in self.in_flight if f in done]:  # in submission order
+                    self._measure(study, self.in_flight.pop(future), future.result())
+        if not self.keep_going():
+            return StudyOutcome(None)
         return self._final()
 
     def _final(self) -> StudyOutcome:

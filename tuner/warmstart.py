@@ -55,11 +55,13 @@ def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
 def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: int,
                   count: int = MODEL_TOP) -> list[dict]:
     """The model's best-ranked configs for the shape (none for variants it does not know).
-    Scores the whole space, seconds for the built-in mm space: the pipeline computes these
-    in the background while earlier studies run."""
+    Scores the study's whole space, seconds for the built-in mm space: the pipeline computes
+    these in the background while earlier studies run."""
+    from tuner.execution import meta_gemm
     from tuner.model import rank_configs
 
-    return [config for _, config in rank_configs(shape, space, kernel, spec, smem_limit,
+    study_space = kernel.study_space(space, meta_gemm(shape))
+    return [config for _, config in rank_configs(shape, study_space, kernel, spec, smem_limit,
                                                  k=count)]
 
 

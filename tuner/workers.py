@@ -7,14 +7,18 @@ children the tuner supervises. A task that kills its worker or outlives its time
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
 import multiprocessing as mp
 import os
 import signal
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 _SPAWN = mp.get_context("spawn")
+POLL_S = 0.5  # how often a waiting call checks its time limit
 
 # Errors after which a CUDA context is unusable: the worker reports the error, then exits so
 # that its replacement starts with a clean context.
@@ -41,9 +45,12 @@ class TaskFailed(RuntimeError):
     """The task raised inside the worker; str() is 'ExceptionType: first line'."""
 
 
-def _worker_main(conn, env: dict[str, str]) -> None:
+def _worker_main(conn, env: dict[str, str], preload: tuple[str, ...]) -> None:
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
+    for module in preload:  # a head start only: a module that fails fails again in its task
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
     while True:
         try:
             fn, args = conn.recv()
@@ -66,20 +73,30 @@ def _death_reason(exitcode: int | None) -> str:
 
 
 class Worker:
-    """One supervised child process; `call` runs fn(*args) in it, within a time limit."""
+    """One supervised child process; `call` runs fn(*args) in it, within a time limit.
 
-    def __init__(self, name: str, env: dict[str, str] | None = None):
-        self.name, self.env = name, dict(env or {})
+    `preload` names modules the child imports as soon as it starts: `start()` early and the
+    seconds a fresh process spends importing torch and triton pass before the first task
+    rather than inside it.
+    """
+
+    def __init__(self, name: str, env: dict[str, str] | None = None,
+                 preload: tuple[str, ...] = ()):
+        self.name, self.env, self.preload = name, dict(env or {}), preload
         self.process = None
         self.conn = None
 
-    def _start(self) -> None:
-        parent, child = _SPAWN.Pipe()
-        self.process = _SPAWN.Process(target=_worker_main, args=(child, self.env),
-                                      name=self.name, daemon=True)
-        self.process.start()
-        child.close()
-        self.conn = parent
+    def start(self) -> None:
+        """Start the child now (if it is not running) instead of at the first call."""
+        if self.process is None or not self.process.is_alive():
+            self._discard()
+            parent, child = _SPAWN.Pipe()
+            self.process = _SPAWN.Process(target=_worker_main,
+                                          args=(child, self.env, self.preload),
+                                          name=self.name, daemon=True)
+            self.process.start()
+            child.close()
+            self.conn = parent
 
     def _discard(self) -> None:
         if self.process is not None:
@@ -89,23 +106,29 @@ class Worker:
             self.conn.close()
         self.process = self.conn = None
 
-    def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
+    def call(self, fn: Callable, *args: Any, timeout: float | Callable[[], float]) -> Any:
         """fn's result; TaskFailed if it raised; WorkerLost if the worker died or timed out.
 
         fn must be importable by name (a module-level function) and its args picklable.
+        `timeout` may be a function, asked again every POLL_S while the task runs: a limit
+        that tightens as the caller learns more (tuner.executor's straggler rule).
         """
-        if self.process is None or not self.process.is_alive():
-            self._discard()
-            self._start()
+        limit = timeout if callable(timeout) else lambda: timeout
+        self.start()
         self.conn.send((fn, args))
+        started = time.monotonic()
+        reply = None
         try:
-            ready = self.conn.poll(timeout)
-            reply = self.conn.recv() if ready else None
+            while not self.conn.poll(POLL_S):
+                if time.monotonic() - started > limit():
+                    break
+            else:
+                reply = self.conn.recv()
         except (EOFError, ConnectionResetError, OSError):
-            reply = None
+            pass
         if reply is None:
             self.process.join(timeout=5)
-            reason = (f"timeout after {timeout:g} s" if self.process.is_alive()
+            reason = (f"timeout after {limit():g} s" if self.process.is_alive()
                       else _death_reason(self.process.exitcode))
             self._discard()
             raise WorkerLost(reason)
