@@ -241,3 +241,11 @@ class Store:
             query = query.where(Winner.device_id.in_(device_ids))
         with self.sessions() as s:
             return list(s.scalars(query))
+
+    def finished_studies(self, device_id: int) -> list[Study]:
+        """A device's finished studies, oldest first, with their trials, kernel and space."""
+        query = (select(Study).filter_by(device_id=device_id, status="done")
+                 .options(selectinload(Study.trials), selectinload(Study.kernel),
+                          selectinload(Study.space)).order_by(Study.id))
+        with self.sessions() as s:
+            return list(s.scalars(query))

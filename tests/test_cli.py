@@ -65,17 +65,25 @@ def test_interpret_run_export_show_and_lookup(workdir, monkeypatch):
                                          stride_bk=48)) == entry["config"]
 
 
-def test_patience_reaches_the_study_budget(workdir, monkeypatch):
-    """The flag's effect is tested on scripted timings (test_search); interpreter timings
-    are too noisy to say when a study stalls, so here only that it arrives."""
+def test_search_flags_reach_the_study_budget(workdir, monkeypatch):
+    """The flags' effects are tested on scripted timings (test_search, test_replay);
+    interpreter timings are too noisy to say when a study stalls, so here only that they
+    arrive."""
     from tuner import pipeline
     budgets = []
     real_run = pipeline.TuneJob.run
     monkeypatch.setattr(pipeline.TuneJob, "run",
                         lambda job, *a: (budgets.append(job.budget), real_run(job, *a))[1])
-    result = tune(workdir, *run_args(workdir, trials=2), "--patience", "3")
+    result = tune(workdir, *run_args(workdir, trials=2), "--patience", "3", "--sampler",
+                  "random")
     assert result.exit_code == 0 and budgets[0].patience == 3
+    assert budgets[0].sampler == "random" and not budgets[0].exhaustive
+    monkeypatch.setattr(pipeline.TuneJob, "run",
+                        lambda job, *a: budgets.append(job.budget) or pipeline.RunSummary())
+    assert tune(workdir, *run_args(workdir), "--exhaustive").exit_code == 0
+    assert budgets[-1].exhaustive
     assert tune(workdir, *run_args(workdir), "--patience", "0").exit_code == 2
+    assert tune(workdir, *run_args(workdir), "--sampler", "cmaes").exit_code == 2
 
 
 def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):

@@ -66,12 +66,13 @@ def world(tmp_path):
     run = store.start_run(device, "gpu", ["tune"])
 
     def runner(executor, trials, timeout=None, retune=False, space=SPACE, patience=None,
-               warm_start=()):
+               warm_start=(), exhaustive=False):
         record = store.open_study(device, kernel_row, store.space(space), SHAPE.key(), SHAPE,
                                   seed=3, retune=retune)
         return StudyRunner(store, optuna_storage(url), executor, 0, run, device, kernel_row,
                            record, KERNELS["mm"], space, SHAPE, 232448,
-                           StudyBudget(trials, timeout, 3, batch=4, patience=patience),
+                           StudyBudget(trials, timeout, 3, batch=4, patience=patience,
+                                       exhaustive=exhaustive),
                            lambda *a: None, warm_start=warm_start), record
     return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row)
 

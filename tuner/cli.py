@@ -35,9 +35,11 @@ def one_line_errors(command):
         from tuner.backends import NoGpuError
         from tuner.db.session import DatabaseError
         from tuner.export import ExportError
+        from tuner.replay import ReplayError
         try:
             return command(*args, **kwargs)
-        except (ShapesError, SpaceError, NoGpuError, DatabaseError, ExportError) as e:
+        except (ShapesError, SpaceError, NoGpuError, DatabaseError, ExportError,
+                ReplayError) as e:
             raise click.ClickException(str(e)) from None
     return wrapper
 
@@ -88,12 +90,19 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="Configs in flight per study: asked of the sampler, compiling or waiting "
                    "to be measured [default: --jobs, at most 16].")
+@click.option("--sampler", default="tpe", show_default=True,
+              type=click.Choice(["tpe", "tpe-multivariate", "gp", "random"]),
+              help="Search strategy of each study (tuner/samplers.py; compare them on "
+                   "recorded timings with `tune replay`).")
+@click.option("--exhaustive", is_flag=True,
+              help="Measure every feasible config of each study's space (--trials is then "
+                   "ignored): a recording for `tune replay`.")
 @click.option("--compile-timeout", "compile_timeout_s", default=120.0, show_default=True,
               type=click.FloatRange(min=0, min_open=True),
               help="Seconds one config may compile; past it the trial is a 'timeout'.")
 @one_line_errors
 def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, retune, backend_name,
-        devices_text, jobs, batch, compile_timeout_s):
+        devices_text, jobs, batch, sampler, exhaustive, compile_timeout_s):
     """Tune every shape listed in --shapes and store every trial in the database."""
     shapes = load_shapes(shapes_path)
     devices = _device_list(devices_text)
@@ -132,7 +141,7 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
                    f"each (configs in space: {sizes})", err=True)
         with RichReporter(len(plans)) as reporter:
             budget = StudyBudget(trials, timeout_s, seed, batch or min(jobs, MAX_DEFAULT_BATCH),
-                                 patience)
+                                 patience, sampler, exhaustive)
             job = TuneJob(store, storage, executor, spaces, budget, retune, reporter)
             summary = job.run(plans, sys.argv)
     finally:
@@ -189,6 +198,76 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
     write_atomic(output, doc)
     click.echo(f"wrote {len(picks)} suggested configs for {spec.name} to {output} ({fmt})",
                err=True)
+
+
+@main.command()
+@click.option("--recording", "recording_path", type=click.Path(dir_okay=False),
+              help="A recording (gzipped JSON) to replay, instead of reading --db.")
+@db_option
+@device_option
+@click.option("--save-recording", type=click.Path(dir_okay=False),
+              help="Also write the recording read from --db to this file.")
+@click.option("--strategies", default="random,tpe,tpe-multivariate,gp,model,model+tpe,"
+              "model+tpe-multivariate,model+gp", show_default=True,
+              help="Comma-separated strategies to compare (tuner/replay.py).")
+@click.option("--seeds", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1))
+@click.option("--in-flight", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Configs in flight per study, as `tune run --batch`.")
+@click.option("--jobs", default=os.cpu_count() or 1, show_default="CPU cores",
+              type=click.IntRange(min=1), help="Processes replaying in parallel.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Draw the median curves to this PNG (needs matplotlib).")
+@one_line_errors
+def replay(recording_path, db_url, device_selector, save_recording, strategies, seeds, trials,
+           in_flight, jobs, plot_path):
+    """Compare search strategies on recorded timings (`tune run --exhaustive`): no GPU."""
+    from pathlib import Path
+
+    from tuner import replay as replays
+    from tuner import replay_report as report
+
+    chosen = []
+    for name in strategies.split(","):
+        if name not in replays.STRATEGIES:
+            raise click.BadParameter(f"unknown strategy {name!r}: choose from "
+                                     f"{', '.join(replays.STRATEGIES)}",
+                                     param_hint="--strategies")
+        chosen.append(replays.STRATEGIES[name])
+    if recording_path:
+        recording = replays.Recording.load(recording_path)
+    else:
+        recording = _recording_from_db(db_url, device_selector)
+        if save_recording:
+            recording.save(save_recording)
+    if not recording.shapes:
+        raise replays.ReplayError("the recording holds no shape measured exhaustively")
+    curves = replays.compare(recording, chosen, seeds, trials, in_flight, jobs)
+    click.echo(f"# search strategies replayed on {len(recording.shapes)} recorded shapes "
+               f"({recording.device.name}), {seeds} seeds, {in_flight} configs in flight\n")
+    click.echo("median fraction of the exhaustive best found after n measured configs\n")
+    click.echo(report.curves_table(curves, trials))
+    click.echo("\n## the analytical model's first pick\n")
+    click.echo(report.model_quality_table(recording))
+    if plot_path:
+        report.plot(curves, trials, Path(plot_path), f"{recording.device.name}: "
+                    f"{len(recording.shapes)} shapes, {seeds} seeds")
+
+
+def _recording_from_db(db_url, device_selector):
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+    from tuner.replay import ReplayError, recording_from_store
+
+    store = Store(session_factory(db_url))
+    devices = store.devices_matching(device_selector)
+    if len(devices) != 1:
+        names = ", ".join(f"{d.name} [{d.fingerprint}]" for d in devices) or "none"
+        raise ReplayError(f"--device must pick one device of the database (matching: {names})")
+    recording, skipped = recording_from_store(store, devices[0])
+    for line in skipped:
+        click.echo(f"note: not exhaustive, left out: {line}", err=True)
+    return recording
 
 
 def _winners(db_url, device_selector):

@@ -182,7 +182,6 @@ class TuneJob:
                 return
             record = self.store.open_study(self.device, kernel_row, space_row, plan.key,
                                            plan.shape, self.budget.seed, self.retune)
-            self.reporter.key_started(plan, self.budget.trials)
             space = self.spaces[plan.kernel]
             runner = StudyRunner(
                 self.store, self.storage, self.executor, slot, self.run_row, self.device,
@@ -194,6 +193,7 @@ class TuneJob:
                     nearest_winner_configs(self.store, self.device, kernel_row, space,
                                            plan.shape),
                     self.model_picks[id(plan)].result()))
+            self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible
             outcome = runner.run()
             if self.stop.is_set():
                 return  # interrupted: the study stays open and resumes next time

@@ -27,6 +27,7 @@ from tuner.dtypes import DTYPES
 from tuner.execution import TrialResult, meta_gemm
 from tuner.executor import Executor
 from tuner.kernels.base import Kernel, specialization
+from tuner.samplers import DEFAULT_SAMPLER, make_sampler
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 from tuner.timing import Timing, is_tie
@@ -48,6 +49,10 @@ class StudyBudget:
     batch: int = 8  # configs in flight at once: compiling, or compiled and awaiting measure
     # Stop once this many trials in a row improved the best by no more than IMPROVEMENT.
     patience: int | None = None
+    sampler: str = DEFAULT_SAMPLER  # tuner.samplers
+    # Measure every feasible config of the study's space, in order, whatever `trials` says:
+    # a recording for `tune replay`.
+    exhaustive: bool = False
 
 
 IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% TFLOP/s
@@ -60,7 +65,8 @@ class StudyOutcome:
     tied: tuple[int, ...] = ()
 
 
-def _signature(params: dict) -> tuple:
+def config_signature(params: dict) -> tuple:
+    """A config as a hashable value, the same whatever order its parameters come in."""
     return tuple(sorted(params.items()))
 
 
@@ -91,8 +97,13 @@ class StudyRunner:
         # The study's own view of the space: a pad that leaves this shape as it is would only
         # produce infeasible proposals (on an aligned shape, most of them), so it is not offered.
         self.space = kernel.study_space(space, self.meta_gemm)
-        # Configs a new study tries first (tuner.warmstart), those this study can propose.
+        # Configs a new study tries first (tuner.warmstart), those this study can propose;
+        # an exhaustive study tries all of its feasible configs, and only those.
         self.warm_start = [c for c in warm_start if self.space.holds(c)]
+        if budget.exhaustive:
+            self.warm_start = [c for c in self.space.configs()
+                               if kernel.feasible(c, self.meta_gemm, smem_limit) is None]
+            self.budget = replace(budget, trials=len(self.warm_start), patience=None)
         self.stored: dict[tuple, Trial] = {}
         self.in_flight: dict[Future, _Pending] = {}
         self.asks = 0
@@ -119,7 +130,7 @@ class StudyRunner:
     def _store(self, params: dict, result: TrialResult) -> Trial:
         row = self.store.add_trial(self.record, self.run_row, len(self.stored), params,
                                    **result.as_columns())
-        self.stored[_signature(params)] = row
+        self.stored[config_signature(params)] = row
         if result.status in REMEMBERED:
             self.store.remember_failure(self.device, self.kernel_row, self.specialization,
                                         params, result.status, result.reason)
@@ -141,14 +152,14 @@ class StudyRunner:
     def _settle_interrupted(self, study: optuna.Study) -> None:
         """Trials a killed run left running: told from our rows if stored, else redone first."""
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            row = self.stored.get(_signature(t.params))
+            row = self.stored.get(config_signature(t.params))
             self._tell(study, t.number, row)
             if row is None and t.params:
                 study.enqueue_trial(t.params, skip_if_exists=False)
 
     # -- the loop -------------------------------------------------------------------------
     def _open(self) -> optuna.Study:
-        sampler = optuna.samplers.TPESampler(seed=self.record.seed, constant_liar=True)
+        sampler = make_sampler(self.budget.sampler, self.record.seed)
         return optuna.create_study(study_name=f"tuner-study-{self.record.id}",
                                    storage=self.storage, sampler=sampler, direction="maximize",
                                    load_if_exists=True)
@@ -173,7 +184,7 @@ class StudyRunner:
             trial = study.ask()
             self.asks += 1
             params = self.space.suggest(trial)
-            signature = _signature(params)
+            signature = config_signature(params)
             if signature in self.stored:
                 self._tell(study, trial, self.stored[signature])
             elif signature in (p.signature for p in self.in_flight.values()):
@@ -205,10 +216,10 @@ class StudyRunner:
         batch's slowest config. On a stop request the study returns at once, its configs in
         flight left running in Optuna (redone on resume)."""
         study = self._open()
-        self.stored = {_signature(t.params): t for t in self.store.trials_of(self.record)}
+        self.stored = {config_signature(t.params): t for t in self.store.trials_of(self.record)}
         if not study.get_trials(deepcopy=False):  # a new study: known-good configs first
-            for config in self.warm_start:
-                study.enqueue_trial(config, skip_if_exists=True)
+            for config in self.warm_start:  # distinct, and the study holds nothing yet
+                study.enqueue_trial(config, skip_if_exists=False)
         self._settle_interrupted(study)
         known_failures = self.store.known_failures(self.device, self.kernel_row,
                                                    self.specialization)

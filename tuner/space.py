@@ -69,7 +69,9 @@ class SearchSpace:
             params[name] = tuple(v for v in self.params[name] if v in keep)
             if not params[name]:
                 raise ValueError(f"narrowing {name} to {list(keep)} leaves no value")
-        return dataclasses.replace(self, params=params)
+        variant_params = {v: names for v, names in self.variant_params.items()
+                          if v in params["variant"]}
+        return dataclasses.replace(self, params=params, variant_params=variant_params)
 
     def holds(self, config: Mapping) -> bool:
         """Whether every value of the config is one of this space's candidates."""

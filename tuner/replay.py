@@ -1,0 +1,222 @@
+"""Search strategies replayed on recorded timings: which one finds the best config soonest.
+
+Measuring costs GPU time, so strategies are compared offline. A `Recording` holds, per shape,
+the TFLOP/s of every feasible config of the shape's study space, measured once on a GPU
+(`tune run --exhaustive`), with 0 for configs that failed. Replaying a strategy runs a real
+Optuna study of it whose objective is a lookup in that table, with the tuner's own rules: the
+same conditional space (SearchSpace.suggest), infeasible configs told as worth 0 without
+counting, the same warm start from the analytical model, and the same number of configs in
+flight (answered oldest first, as a steady stream of compiles would). The result of one
+replay is its curve: the fraction of the shape's best TF/s found after each measured config.
+
+A recording travels as gzipped JSON (a few hundred KB for a dozen shapes), so a CI test can
+replay the committed one without a GPU or a database.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.backends import DeviceInfo
+from tuner.execution import meta_gemm
+from tuner.kernels import KERNELS
+from tuner.samplers import make_sampler
+from tuner.search import ASKS_PER_TRIAL, config_signature
+from tuner.shapes import Shape
+from tuner.space import SearchSpace, parse_space
+
+
+class ReplayError(ValueError):
+    """A recording that cannot be read or replayed; the message names it."""
+
+
+@dataclass(frozen=True)
+class ShapeRecording:
+    """Every feasible config of one study space on one shape, with its measured TFLOP/s."""
+    shape: Shape
+    kernel: str
+    space: SearchSpace  # the study's own space (only the pads that change the shape)
+    tflops: dict[tuple, float]  # config signature -> TF/s; 0 for a config that failed
+
+    @property
+    def best(self) -> float:
+        return max(self.tflops.values())
+
+
+@dataclass(frozen=True)
+class Recording:
+    device: DeviceInfo
+    shapes: tuple[ShapeRecording, ...]
+
+    def save(self, path: str | Path) -> None:
+        doc = {"device": asdict(self.device), "shapes": [
+            {"shape": [r.shape.M, r.shape.N, r.shape.K, r.shape.dtype, r.shape.layout],
+             "kernel": r.kernel, "space": r.space.to_yaml(),
+             "configs": [[dict(sig), tf] for sig, tf in r.tflops.items()]}
+            for r in self.shapes]}
+        Path(path).write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Recording:
+        try:
+            doc = json.loads(gzip.decompress(Path(path).read_bytes()))
+            return cls(DeviceInfo(**doc["device"]), tuple(
+                ShapeRecording(Shape(*r["shape"]), r["kernel"],
+                               _space(r["space"], f"{path}: shape {r['shape']}"),
+                               {config_signature(c): tf for c, tf in r["configs"]})
+                for r in doc["shapes"]))
+        except (OSError, EOFError, gzip.BadGzipFile, json.JSONDecodeError, KeyError,
+                TypeError) as e:
+            raise ReplayError(f"{path}: not a gemm-tuner recording ({e})") from None
+
+
+def _space(yaml_text: str, source: str) -> SearchSpace:
+    import yaml
+    return parse_space(yaml.safe_load(yaml_text), source,
+                       {name: k.variant_params for name, k in KERNELS.items()})
+
+
+def recording_from_store(store, device) -> tuple[Recording, list[str]]:
+    """The device's exhaustive studies as a recording, and a line per study left out because
+    it did not measure every feasible config of its space."""
+    shapes, skipped = [], []
+    for study in store.finished_studies(device.id):
+        shape = Shape(study.shape_M, study.shape_N, study.shape_K, study.dtype,
+                      study.shape_layout)
+        kernel = KERNELS[study.kernel.name]
+        space = kernel.study_space(_space(study.space.yaml, f"study {study.id}"),
+                                   meta_gemm(shape))
+        measured = {config_signature(t.params): (t.tflops if t.status == "ok" else 0.0)
+                    for t in study.trials if t.status != "infeasible"}
+        feasible = sum(kernel.feasible(c, meta_gemm(shape), device.smem_per_block) is None
+                       for c in space.configs())
+        if len(measured) < feasible or not any(measured.values()):
+            skipped.append(f"{shape}: {len(measured)} of {feasible} feasible configs measured")
+            continue
+        shapes.append(ShapeRecording(shape, kernel.name, space, measured))
+    info = DeviceInfo(device.name, device.compute_capability, device.sm_count,
+                      device.smem_per_block, device.driver, device.cuda, device.torch_version,
+                      device.triton_version)
+    return Recording(info, tuple(shapes)), skipped
+
+
+# -- strategies ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Strategy:
+    """A sampler (tuner.samplers), or None for the model's ranking alone, and whether the
+    study first tries the model's top configs (as `tune run` does)."""
+    name: str
+    sampler: str | None
+    model_warm_start: bool
+
+
+STRATEGIES = {s.name: s for s in (
+    Strategy("random", "random", False),
+    Strategy("tpe", "tpe", False),
+    Strategy("tpe-multivariate", "tpe-multivariate", False),
+    Strategy("gp", "gp", False),
+    Strategy("model", None, True),
+    Strategy("model+tpe", "tpe", True),
+    Strategy("model+tpe-multivariate", "tpe-multivariate", True),
+    Strategy("model+gp", "gp", True),
+)}
+
+
+def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int) -> list[dict]:
+    """The analytical model's k best configs of the recorded space, best first."""
+    from tuner.model import device_spec, rank_configs
+
+    return [config for _, config in rank_configs(
+        recording.shape, recording.space, KERNELS[recording.kernel], device_spec(device),
+        device.smem_per_block, k=k)]
+
+
+def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int,
+           in_flight: int, warm_start: Sequence[dict] = ()) -> list[float]:
+    """Fraction of the recording's best found after each of up to `trials` measured configs.
+
+    `warm_start` holds the configs a study tries first (the model's picks); a model-only
+    strategy measures them alone, in order.
+    """
+    if strategy.sampler is None:
+        values = [recording.tflops[config_signature(c)] for c in warm_start[:trials]]
+        return _fractions(values, recording.best)
+    study = optuna.create_study(direction="maximize",
+                                sampler=make_sampler(strategy.sampler, seed))
+    for config in warm_start if strategy.model_warm_start else ():
+        study.enqueue_trial(config, skip_if_exists=False)
+    measured: dict[tuple, float] = {}
+    flying: deque[tuple[optuna.trial.Trial, tuple]] = deque()
+    values: list[float] = []
+    asks = 0
+    while len(values) < trials:
+        while (len(flying) < in_flight and len(values) + len(flying) < trials
+               and asks < trials * ASKS_PER_TRIAL):
+            trial = study.ask()
+            asks += 1
+            signature = config_signature(recording.space.suggest(trial))
+            if signature in measured:
+                study.tell(trial, measured[signature])
+            elif any(signature == s for _, s in flying):
+                study.tell(trial, state=TrialState.FAIL)
+            elif signature not in recording.tflops:  # infeasible: worth nothing, costs nothing
+                study.tell(trial, 0.0)
+            else:
+                flying.append((trial, signature))
+        if not flying:
+            break
+        trial, signature = flying.popleft()
+        measured[signature] = recording.tflops[signature]
+        study.tell(trial, measured[signature])
+        values.append(measured[signature])
+    return _fractions(values, recording.best)
+
+
+def _fractions(values: Iterable[float], best: float) -> list[float]:
+    found, curve = 0.0, []
+    for value in values:
+        found = max(found, value)
+        curve.append(found / best)
+    return curve
+
+
+def median_curve(curves: Sequence[Sequence[float]], trials: int) -> list[float]:
+    """Per trial count 1..trials, the median over runs of the fraction found by then (a run
+    that stopped early, having measured its whole space, keeps its last value)."""
+    return [statistics.median(c[min(n, len(c)) - 1] for c in curves)
+            for n in range(1, trials + 1)]
+
+
+# -- comparing strategies --------------------------------------------------------------------
+def _replay_task(args) -> tuple[str, int, list[float]]:
+    shape_index, recording, strategy, seed, trials, in_flight, picks = args
+    return strategy.name, shape_index, replay(recording, strategy, seed, trials, in_flight, picks)
+
+
+def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, trials: int,
+            in_flight: int, jobs: int) -> dict[str, list[list[float]]]:
+    """Per strategy, the curves of every (shape, seed) replay: a model-only strategy is
+    deterministic and replays once per shape. Replays run in `jobs` processes."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tuner.warmstart import MODEL_TOP
+
+    rankings = [model_ranking(r, recording.device, k=max(trials, MODEL_TOP))
+                for r in recording.shapes]
+    tasks = [(i, r, s, seed, trials, in_flight, ranking if s.sampler is None
+              else ranking[:MODEL_TOP])
+             for i, (r, ranking) in enumerate(zip(recording.shapes, rankings))
+             for s in strategies for seed in range(seeds if s.sampler else 1)]
+    curves: dict[str, list[list[float]]] = {s.name: [] for s in strategies}
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        for name, _, curve in pool.map(_replay_task, tasks, chunksize=4):
+            curves[name].append(curve)
+    return curves

@@ -1,0 +1,72 @@
+"""What `tune replay` prints and draws: the curves per strategy, the goal, the model's quality.
+
+Kept apart from the replays themselves (tuner.replay) so that the numbers can be computed
+without matplotlib, an optional extra needed only for `--plot`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from tuner.replay import Recording, ReplayError, median_curve, model_ranking
+
+CHECKPOINTS = (1, 4, 8, 12, 16, 24, 32, 40, 64)
+# The issue's goal for the default strategy: the median over shapes and seeds reaches these
+# fractions of the exhaustive best within these many trials.
+GOAL = {12: 0.95, 32: 0.98}
+
+
+def meets_goal(median: Sequence[float]) -> bool:
+    return all(len(median) >= n and median[n - 1] >= fraction for n, fraction in GOAL.items())
+
+
+def curves_table(curves: dict[str, list[list[float]]], trials: int) -> str:
+    """Markdown: per strategy, the median fraction of the best found after n trials."""
+    columns = [n for n in CHECKPOINTS if n <= trials]
+    lines = ["| strategy | runs | " + " | ".join(f"{n} trials" for n in columns) + " | goal |",
+             "|---|---|" + "---|" * len(columns) + "---|"]
+    for name, runs in curves.items():
+        median = median_curve(runs, trials)
+        cells = " | ".join(f"{median[n - 1]:.3f}" for n in columns)
+        goal = "meets" if meets_goal(median) else "misses"
+        lines.append(f"| {name} | {len(runs)} | {cells} | {goal} |")
+    return "\n".join(lines)
+
+
+def model_quality_table(recording: Recording) -> str:
+    """Markdown: per shape, the model's first pick against the recorded best, and the
+    geometric mean of that ratio (the model-alone goal is >= 0.90)."""
+    lines = ["| shape | best TF/s | model's pick TF/s | ratio |", "|---|---|---|---|"]
+    ratios = []
+    for shape_recording in recording.shapes:
+        (pick,) = model_ranking(shape_recording, recording.device, k=1)
+        picked = shape_recording.tflops[tuple(sorted(pick.items()))]
+        ratio = picked / shape_recording.best
+        ratios.append(max(ratio, 1e-9))
+        lines.append(f"| {shape_recording.shape} | {shape_recording.best:.1f} | {picked:.1f} | "
+                     f"{ratio:.3f} |")
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    lines.append(f"\ngeomean model pick / best: {geomean:.3f} over {len(ratios)} shapes")
+    return "\n".join(lines)
+
+
+def plot(curves: dict[str, list[list[float]]], trials: int, path: Path, title: str) -> None:
+    """The median curves as a PNG (needs matplotlib: pip install 'gemm-tuner[plot]')."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ReplayError("--plot needs matplotlib: pip install 'gemm-tuner[plot]'") from None
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for name, runs in curves.items():
+        axes.plot(range(1, trials + 1), median_curve(runs, trials), label=name)
+    for n, fraction in GOAL.items():
+        axes.plot([n], [fraction], "k+", markersize=12)
+    axes.set(xlabel="configs measured", ylabel="median fraction of the exhaustive best",
+             title=title, ylim=(0.5, 1.005))
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right")
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
