@@ -32,7 +32,8 @@ def _tpe_multivariate(seed: int) -> BaseSampler:
 
 
 def _gp(seed: int) -> BaseSampler:
-    return GPSampler(seed=seed)
+    # Conditional parameters fall back to independent sampling: expected here, not news.
+    return GPSampler(seed=seed, warn_independent_sampling=False)
 
 
 def _random(seed: int) -> BaseSampler:
