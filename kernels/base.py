@@ -182,6 +182,11 @@ class Kernel:
         return space.narrowed(pad=tuple(p for p in space.params["pad"]
                                         if not p or not pad_changes_nothing(gemm, p)))
 
+    def feasible_configs(self, space: SearchSpace, gemm: Gemm, smem_limit: int) -> list[dict]:
+        """Every config of `space` that passes `feasible` for this call, in the space's order:
+        what an exhaustive study measures."""
+        return [c for c in space.configs() if self.feasible(c, gemm, smem_limit) is None]
+
     def feasible(self, config: Config, gemm: Gemm, smem_limit: int) -> str | None:
         """None if the config may compile and run for this call, else the reason it cannot.
 

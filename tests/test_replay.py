@@ -33,11 +33,10 @@ SPACE = parse_space({
 def synthetic(shape: Shape, space=SPACE) -> ShapeRecording:
     """A 'recording' whose timings are the model's predictions (made up, but not trivially
     ordered): enough to exercise every strategy without a GPU."""
-    kernel, spec = KERNELS["mm"], model.device_spec(H100)
-    space = kernel.study_space(space, meta_gemm(shape))
+    kernel, spec, gemm = KERNELS["mm"], model.device_spec(H100), meta_gemm(shape)
+    space = kernel.study_space(space, gemm)
     tflops = {config_signature(c): shape.flops / model.predict_ms(shape, c, spec) / 1e9
-              for c in space.configs()
-              if kernel.feasible(c, meta_gemm(shape), H100.smem_per_block) is None}
+              for c in kernel.feasible_configs(space, gemm, H100.smem_per_block)}
     return ShapeRecording(shape, "mm", space, tflops)
 
 

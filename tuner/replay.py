@@ -19,7 +19,7 @@ import json
 import statistics
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import optuna
@@ -91,20 +91,16 @@ def recording_from_store(store, device) -> tuple[Recording, list[str]]:
     for study in store.finished_studies(device.id):
         shape = Shape(study.shape_M, study.shape_N, study.shape_K, study.dtype,
                       study.shape_layout)
-        kernel = KERNELS[study.kernel.name]
-        space = kernel.study_space(_space(study.space.yaml, f"study {study.id}"),
-                                   meta_gemm(shape))
+        kernel, gemm = KERNELS[study.kernel.name], meta_gemm(shape)
+        space = kernel.study_space(_space(study.space.yaml, f"study {study.id}"), gemm)
         measured = {config_signature(t.params): (t.tflops if t.status == "ok" else 0.0)
                     for t in study.trials if t.status != "infeasible"}
-        feasible = sum(kernel.feasible(c, meta_gemm(shape), device.smem_per_block) is None
-                       for c in space.configs())
+        feasible = len(kernel.feasible_configs(space, gemm, device.smem_per_block))
         if len(measured) < feasible or not any(measured.values()):
             skipped.append(f"{shape}: {len(measured)} of {feasible} feasible configs measured")
             continue
         shapes.append(ShapeRecording(shape, kernel.name, space, measured))
-    info = DeviceInfo(device.name, device.compute_capability, device.sm_count,
-                      device.smem_per_block, device.driver, device.cuda, device.torch_version,
-                      device.triton_version)
+    info = DeviceInfo(**{f.name: getattr(device, f.name) for f in fields(DeviceInfo)})
     return Recording(info, tuple(shapes)), skipped
 
 
@@ -196,9 +192,9 @@ def median_curve(curves: Sequence[Sequence[float]], trials: int) -> list[float]:
 
 
 # -- comparing strategies --------------------------------------------------------------------
-def _replay_task(args) -> tuple[str, int, list[float]]:
-    shape_index, recording, strategy, seed, trials, in_flight, picks = args
-    return strategy.name, shape_index, replay(recording, strategy, seed, trials, in_flight, picks)
+def _replay_task(args) -> tuple[str, list[float]]:
+    recording, strategy, seed, trials, in_flight, picks = args
+    return strategy.name, replay(recording, strategy, seed, trials, in_flight, picks)
 
 
 def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, trials: int,
@@ -211,12 +207,12 @@ def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, tr
 
     rankings = [model_ranking(r, recording.device, k=max(trials, MODEL_TOP))
                 for r in recording.shapes]
-    tasks = [(i, r, s, seed, trials, in_flight, ranking if s.sampler is None
+    tasks = [(r, s, seed, trials, in_flight, ranking if s.sampler is None
               else ranking[:MODEL_TOP])
-             for i, (r, ranking) in enumerate(zip(recording.shapes, rankings))
+             for r, ranking in zip(recording.shapes, rankings)
              for s in strategies for seed in range(seeds if s.sampler else 1)]
     curves: dict[str, list[list[float]]] = {s.name: [] for s in strategies}
     with ProcessPoolExecutor(max(1, jobs)) as pool:
-        for name, _, curve in pool.map(_replay_task, tasks, chunksize=4):
+        for name, curve in pool.map(_replay_task, tasks, chunksize=4):
             curves[name].append(curve)
     return curves

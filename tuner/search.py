@@ -101,8 +101,7 @@ class StudyRunner:
         # an exhaustive study tries all of its feasible configs, and only those.
         self.warm_start = [c for c in warm_start if self.space.holds(c)]
         if budget.exhaustive:
-            self.warm_start = [c for c in self.space.configs()
-                               if kernel.feasible(c, self.meta_gemm, smem_limit) is None]
+            self.warm_start = kernel.feasible_configs(self.space, self.meta_gemm, smem_limit)
             self.budget = replace(budget, trials=len(self.warm_start), patience=None)
         self.stored: dict[tuple, Trial] = {}
         self.in_flight: dict[Future, _Pending] = {}
