@@ -32,6 +32,8 @@ TILE_PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_wa
 # 32-bit registers one thread may hold (every NVIDIA GPU since Kepler); past it, the compiler
 # spills to local memory.
 MAX_REGS_PER_THREAD = 255
+# The smallest tile side tl.dot accepts (a tensor-core MMA is at least 16 wide).
+MIN_DOT_TILE = 16
 
 _SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
                 "num_stages": "s", "num_warps": "w", "SPLIT_K": "SK", "ATOMIC": "atomic",
@@ -198,6 +200,8 @@ class Kernel:
         if need > smem_limit:
             return f"shared memory: needs ~{need} bytes, device limit {smem_limit}"
         if "BLOCK_N" in config:  # a tile variant: its fp32 BLOCK_M×BLOCK_N accumulator
+            if min(config["BLOCK_M"], config["BLOCK_N"]) < MIN_DOT_TILE:
+                return f"tensor cores: BLOCK_M and BLOCK_N must be >= {MIN_DOT_TILE}"
             regs = config["BLOCK_M"] * config["BLOCK_N"] // (32 * config["num_warps"])
             if regs > MAX_REGS_PER_THREAD:  # spills for certain, and ptxas takes minutes
                 return (f"registers: the accumulator alone needs {regs} per thread, limit "

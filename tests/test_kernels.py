@@ -131,7 +131,8 @@ def test_gemv_matches_reference(mnk, layout, dtype, device):
 
 @pytest.mark.parametrize("config", [
     # BLOCK_M, BLOCK_K, num_stages, num_warps
-    (16, 16, 1, 2), (32, 64, 2, 4), (64, 32, 3, 8), (16, 64, 4, 4),
+    (16, 16, 1, 2), (32, 64, 2, 4), (64, 32, 3, 8), (16, 64, 4, 4), (4, 512, 2, 4),
+    (8, 128, 1, 2),
 ], ids=param_id)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gemv_block_configs(config, dtype, device):
@@ -187,6 +188,14 @@ def test_feasibility_rejects_an_accumulator_beyond_the_registers_of_its_threads(
     assert "accumulator alone needs 512" in MM.feasible(spilling, gemm, 232448)
     assert MM.feasible(mm_config(**dict(zip(GENERAL.params, (128, 256, 64, 8, 2, 8)))), gemm,
                        232448) is None
+
+
+def test_feasibility_rejects_tiles_narrower_than_a_tensor_core_mma():
+    """gemv.yaml offers BLOCK_M 4 and 8 for the gemv variant; its tile variants cannot use them."""
+    gemm = meta_gemm(Shape(1, 4096, 4096, "bf16", "nt"))
+    narrow = {"variant": "general", "pad": 0, **dict(zip(GENERAL.params, (8, 64, 64, 1, 2, 4)))}
+    assert "must be >= 16" in KERNELS["gemv"].feasible(narrow, gemm, 232448)
+    assert KERNELS["gemv"].feasible({**narrow, "BLOCK_M": 16}, gemm, 232448) is None
 
 
 def test_feasibility_rejects_a_pad_that_changes_nothing_and_a_variant_that_cannot_run():

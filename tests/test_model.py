@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.factories import KERNEL_VARIANTS
 from tuner import model
 from tuner.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
 from tuner.dtypes import DTYPES
@@ -18,7 +19,6 @@ from tuner.kernels import KERNELS, kernel_for
 from tuner.shapes import LAYOUTS, Shape
 from tuner.space import builtin_spaces, parse_space
 
-KERNEL_VARIANTS = {name: kernel.variant_params for name, kernel in KERNELS.items()}
 SPACES = builtin_spaces(KERNEL_VARIANTS)
 STRATEGY = {field: "default" for field in ("M", "N", "K", "stride_am", "stride_bk", "dtype")}
 
@@ -328,3 +328,18 @@ def test_the_model_agrees_with_the_exhaustive_anchors(dims, measured_tflops, mea
                            measured_best)))
     position = [config for _, config in ranked].index(best)
     assert position < ANCHOR_TOP_10_PERCENT
+
+
+def test_warm_start_picks_span_tile_shapes_each_at_its_best():
+    """The warm start's picks (tuner.warmstart.model_configs) are the model's best config of
+    each of its best tile shapes: distinct shapes, in the order of the plain ranking."""
+    from tuner.warmstart import model_configs, tile_shape
+
+    shape = Shape(512, 4096, 4096, "fp16", "nt")
+    space, kernel = SMALL_SPACES["mm"], KERNELS["mm"]
+    picks = model_configs(kernel, space, shape, H200, H200.smem_per_block, count=4)
+    ranked = [c for _, c in model.rank_configs(shape, space, kernel, H200)]
+    assert len({tile_shape(c) for c in picks}) == len(picks) == 4
+    firsts = [c for i, c in enumerate(ranked)
+              if tile_shape(c) not in {tile_shape(d) for d in ranked[:i]}]
+    assert picks == firsts[:4]

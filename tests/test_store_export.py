@@ -6,7 +6,7 @@ import warnings
 import pytest
 import yaml
 
-from tests.factories import H100, VARIANTS
+from tests.factories import H100, KERNEL_VARIANTS, VARIANTS
 from tuner import runtime
 from tuner.backends import DeviceInfo
 from tuner.bucketing import bucket_key
@@ -16,6 +16,7 @@ from tuner.execution import TrialResult
 from tuner.export import (
     EXPAND_OP_NAMES,
     ExportError,
+    Pick,
     current_only,
     device_block,
     expand_document,
@@ -25,7 +26,7 @@ from tuner.export import (
     write_atomic,
 )
 from tuner.shapes import Shape
-from tuner.space import parse_space
+from tuner.space import builtin_spaces, parse_space
 
 SPACE = parse_space({
     "kernel": "mm",
@@ -163,6 +164,25 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
                                     stride_am=4096, stride_bk=4096) is got
     assert dict(runtime.get_tuned_config("mm", M=1, N=6144, K=4096, dtype="bf16", stride_am=4096,
                                          stride_bk=1)) == config(32, 64, 128, 4, 4, pad=64)
+
+
+def test_expand_refuses_one_op_under_two_strategies_and_names_them():
+    exact_n = SPACE.strategy | {"N": "default"}
+    picks = [Pick("mm", {}, config(64, 64, 32, variant="splitk", SPLIT_K=4), SPACE.strategy, {}),
+             Pick("gemv", {}, config(16, 64, 32, variant="splitk", SPLIT_K=8), exact_n, {})]
+    with pytest.raises(ExportError, match=r"mm_splitk .*kernels gemv, mm.*differ in N"):
+        expand_document(picks)
+
+
+def test_builtin_spaces_share_a_strategy_wherever_they_share_an_expand_op():
+    """The shipped mm and gemv spaces both hold general and splitk configs, which export to
+    the same FlagGems ops; a strategy that differed would make every such export fail."""
+    spaces = builtin_spaces(KERNEL_VARIANTS)
+    by_op = {}
+    for space in spaces.values():
+        for variant in space.params["variant"]:
+            by_op.setdefault(EXPAND_OP_NAMES[variant], []).append(space.strategy)
+    assert all(s == strategies[0] for strategies in by_op.values() for s in strategies)
 
 
 def test_runtime_miss_warns_once_per_key(tmp_path):

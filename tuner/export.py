@@ -95,8 +95,12 @@ def _grouped(picks: list[Pick], op_of) -> dict[str, list[Pick]]:
 def _strategy(op: str, picks: list[Pick]) -> dict:
     strategies = {tuple(p.strategy[f] for f in KEY_FIELDS) for p in picks}
     if len(strategies) > 1:
-        raise ExportError(f"{op} configs were chosen with {len(strategies)} different "
-                          "bucketing strategies; one export holds one strategy per op")
+        differ = [f for i, f in enumerate(KEY_FIELDS) if len({s[i] for s in strategies}) > 1]
+        kernels = ", ".join(sorted({p.kernel for p in picks}))
+        raise ExportError(f"{op} configs (kernels {kernels}) were chosen with "
+                          f"{len(strategies)} different bucketing strategies (they differ in "
+                          f"{', '.join(differ)}); one export holds one strategy per op: give "
+                          "their search spaces the same strategy")
     return dict(zip(KEY_FIELDS, strategies.pop()))
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
@@ -727,9 +727,10 @@ def _scored(shape: Shape, space: SearchSpace, spec: DeviceSpec,
 
 def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
                  smem_limit: int | None = None, k: int | None = None,
-                 allow_tf32: bool = False) -> list[tuple[float, dict]]:
+                 allow_tf32: bool = False,
+                 distinct: Callable[[dict], Hashable] | None = None) -> list[tuple[float, dict]]:
     """(predicted ms, config) for the feasible configs of `space` on `shape`, fastest first,
-    at most k of them.
+    at most k of them; with `distinct`, only the fastest config of each distinct(config).
 
     Every config is scored (cheap), then checked with `kernel.feasible` in ranked order
     until k pass: the kernel's own checks (shared memory, pads that change nothing, variants
@@ -742,9 +743,14 @@ def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
     gemm = meta_gemm(shape)
     limit = smem_limit or spec.smem_per_block
     ranked: list[tuple[float, dict]] = []
+    taken: set = set()
     for ms, *_, config in _scored(shape, space, spec, allow_tf32):
+        if distinct is not None and distinct(config) in taken:
+            continue
         if kernel.feasible(config, gemm, limit) is None:
             ranked.append((ms, config))
+            if distinct is not None:
+                taken.add(distinct(config))
             if len(ranked) == k:
                 break
     return ranked

@@ -126,13 +126,15 @@ STRATEGIES = {s.name: s for s in (
 )}
 
 
-def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int) -> list[dict]:
-    """The analytical model's k best configs of the recorded space, best first."""
+def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int,
+                  distinct=None) -> list[dict]:
+    """The analytical model's k best configs of the recorded space, best first (with
+    `distinct`, the best of each distinct value, as tuner.model.rank_configs)."""
     from tuner.model import device_spec, rank_configs
 
     return [config for _, config in rank_configs(
         recording.shape, recording.space, KERNELS[recording.kernel], device_spec(device),
-        device.smem_per_block, k=k)]
+        device.smem_per_block, k=k, distinct=distinct)]
 
 
 def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int,
@@ -200,17 +202,19 @@ def _replay_task(args) -> tuple[str, list[float]]:
 def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, trials: int,
             in_flight: int, jobs: int) -> dict[str, list[list[float]]]:
     """Per strategy, the curves of every (shape, seed) replay: a model-only strategy is
-    deterministic and replays once per shape. Replays run in `jobs` processes."""
+    deterministic and replays once per shape, measuring the model's ranking in order; a
+    sampler after the model's warm start first measures what `tune run` enqueues (the best of
+    the model's top tile shapes). Replays run in `jobs` processes."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from tuner.warmstart import MODEL_TOP
+    from tuner.warmstart import MODEL_TOP, tile_shape
 
-    rankings = [model_ranking(r, recording.device, k=max(trials, MODEL_TOP))
-                for r in recording.shapes]
-    tasks = [(r, s, seed, trials, in_flight, ranking if s.sampler is None
-              else ranking[:MODEL_TOP])
-             for r, ranking in zip(recording.shapes, rankings)
-             for s in strategies for seed in range(seeds if s.sampler else 1)]
+    tasks = []
+    for r in recording.shapes:
+        ranking = model_ranking(r, recording.device, k=trials)
+        warm_start = model_ranking(r, recording.device, k=MODEL_TOP, distinct=tile_shape)
+        tasks += [(r, s, seed, trials, in_flight, ranking if s.sampler is None else warm_start)
+                  for s in strategies for seed in range(seeds if s.sampler else 1)]
     curves: dict[str, list[list[float]]] = {s.name: [] for s in strategies}
     with ProcessPoolExecutor(max(1, jobs)) as pool:
         for name, curve in pool.map(_replay_task, tasks, chunksize=4):

@@ -20,7 +20,15 @@ from tuner.shapes import Shape
 from tuner.space import SearchSpace
 
 NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
-MODEL_TOP = 4  # how many of the model's best-ranked configs follow them
+MODEL_TOP = 6  # how many of the model's picks follow them, each of another tile shape
+
+
+def tile_shape(config: Mapping) -> tuple:
+    """What the model's picks must differ in: the variant and its output tile. The model's
+    near-ties differ only in GROUP_M or stages, and measuring several of them teaches the
+    sampler one thing; its errors are per tile shape (a 128×128 tile it ranks third may well
+    beat the 128×256 it ranks first), so a warm start spans tile shapes."""
+    return config["variant"], config.get("BLOCK_M"), config.get("BLOCK_N")
 
 
 def _log_distance(key: Mapping, shape: Shape) -> float:
@@ -54,15 +62,15 @@ def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
 
 def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: int,
                   count: int = MODEL_TOP) -> list[dict]:
-    """The model's best-ranked configs for the shape (none for variants it does not know).
-    Scores the study's whole space, seconds for the built-in mm space: the pipeline computes
-    these in the background while earlier studies run."""
+    """The model's best config of each of its `count` best tile shapes (none for variants it
+    does not know). Scores the study's whole space, seconds for the built-in mm space: the
+    pipeline computes these in the background while earlier studies run."""
     from tuner.execution import meta_gemm
     from tuner.model import rank_configs
 
     study_space = kernel.study_space(space, meta_gemm(shape))
     return [config for _, config in rank_configs(shape, study_space, kernel, spec, smem_limit,
-                                                 k=count)]
+                                                 k=count, distinct=tile_shape)]
 
 
 def merged(*sources: list[dict]) -> list[dict]:

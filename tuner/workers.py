@@ -57,11 +57,14 @@ def _worker_main(conn, env: dict[str, str], preload: tuple[str, ...]) -> None:
         except EOFError:
             return
         try:
-            conn.send(("ok", fn(*args)))
-        except BaseException as e:  # noqa: BLE001 - reported to the supervisor, never lost
-            conn.send(("raised", one_line(e), traceback.format_exc(limit=8)))
-            if is_sticky_cuda_error(str(e)):
-                os._exit(3)
+            try:
+                conn.send(("ok", fn(*args)))
+            except BaseException as e:  # noqa: BLE001 - reported to the supervisor, never lost
+                conn.send(("raised", one_line(e), traceback.format_exc(limit=8)))
+                if is_sticky_cuda_error(str(e)):
+                    os._exit(3)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the supervisor is gone (an interrupted run): nobody is left to tell
 
 
 def _death_reason(exitcode: int | None) -> str:
