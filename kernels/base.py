@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from tuner.kernels import launches
 from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
 from tuner.space import KERNEL_PARAMS, SearchSpace
 
@@ -99,8 +100,11 @@ def start(jit_fn, grid, args: tuple, kwargs: dict, compile_only: bool) -> None:
     """
     if compile_only:
         jit_fn.warmup(*args, grid=grid, **kwargs)
-    else:
-        jit_fn[grid](*args, **kwargs)
+        return
+    compiled = jit_fn[grid](*args, **kwargs)
+    # The compiled kernel takes every parameter in order, constexprs included (ignored).
+    launches.record(compiled, grid,
+                    (*args, *(kwargs[name] for name in jit_fn.arg_names[len(args):])))
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,11 @@ class Variant:
     # this call, e.g. TMA needs 16-byte aligned strides, or None.
     unsupported: Callable[[Gemm, Mapping[str, int]], str | None] = field(
         default=lambda gemm, tunables: None, repr=False)
+    # replayable(tunables): whether a launch runs Triton kernels and nothing else (no torch
+    # operation on the host, such as zeroing a buffer), so that kernels.launches can replay
+    # it for new operands.
+    replayable: Callable[[Mapping[str, int]], bool] = field(
+        default=lambda tunables: True, repr=False)
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,12 @@ class Kernel:
             run_padded(variant, gemm, tunables, config["pad"], compile_only)
         else:
             variant.launch(gemm, tunables, compile_only)
+
+    def replayable(self, config: Config) -> bool:
+        """Whether `launch` of this config is Triton launches alone: no padding copies, and
+        nothing the variant does on the host (see Variant.replayable)."""
+        variant = self.variant[config["variant"]]
+        return not config["pad"] and variant.replayable({p: config[p] for p in variant.params})
 
     def compile(self, gemm: Gemm, config: Config) -> None:
         """Compile exactly what `launch` would run (gemm may hold meta tensors)."""

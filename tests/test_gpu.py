@@ -145,3 +145,29 @@ def test_out_of_bounds_configs_are_recorded_and_the_run_goes_on(tmp_path):
     crashed = [r for _, s, r in rows if s == "crashed"]
     assert all("illegal" in r or "cuda" in r.lower() for r in crashed), crashed
     assert failures == len(crashed)  # each remembered, so later runs skip them
+
+
+@pytest.mark.parametrize("config", [
+    {"variant": "gemv", "pad": 0, **VARIANT_CONFIGS["gemv"]},
+    {"variant": "general", "pad": 0, **VARIANT_CONFIGS["general"]},
+    {"variant": "splitk", "pad": 0, **VARIANT_CONFIGS["splitk"], "ATOMIC": 0},
+    {"variant": "splitk", "pad": 0, **VARIANT_CONFIGS["splitk"]},  # atomic: not replayed
+    {"variant": "general", "pad": 64, **VARIANT_CONFIGS["general"]},  # copies: not replayed
+])
+def test_replayed_calls_compute_their_own_operands(config, monkeypatch):
+    """After a key's first call, later calls re-issue its recorded launches with their own
+    operands' addresses (kernels/launches.py): each result must be its own product."""
+    monkeypatch.setattr(dispatch, "_decide", lambda gemm: (kernel_for(*gemm.mnk[:2]), config))
+    dispatch.clear_cache()
+    m = 1 if config["variant"] == "gemv" else 96
+    weight = torch.randn(384, 1000, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(m, 1000, device="cuda", dtype=torch.bfloat16)
+        got = tuner.linear(x, weight, bias)
+        want = x.double() @ weight.double().t() + bias.double()
+        assert relative_error(got, want) <= DTYPES["bf16"].tolerance
+    (call,) = dispatch._CALLS.values()
+    assert (call.replay is not None) == (config["pad"] == 0 and not config.get("ATOMIC"))
+    dispatch.clear_cache()

@@ -9,5 +9,6 @@ the CLI has decided whether Triton's interpreter is wanted.
 def __getattr__(name):
     if name in ("matmul", "linear"):
         from tuner import dispatch
-        return getattr(dispatch, name)
+        value = globals()[name] = getattr(dispatch, name)  # later lookups skip this hook
+        return value
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")

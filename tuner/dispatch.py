@@ -9,28 +9,55 @@ Both are torch operators (`torch.ops.tuner.mm`, `tuner.mm_out`, `tuner.linear`) 
 implementations, so `torch.compile(fullgraph=True)` traces through them, and with autograd
 formulas whose backward GEMMs go through the same dispatcher. Eager calls that need no
 autograd skip the operator machinery and launch directly: host time decides decode shapes.
+For the same reason a call key's Triton launches are recorded once and replayed for later
+calls with the new operands' addresses (kernels/launches.py), skipping Triton's argument
+binding and specialization.
 """
 from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
 from tuner import runtime
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
-from tuner.kernels import kernel_for
+from tuner.kernels import kernel_for, launches
 from tuner.kernels.base import Gemm, Kernel
+from tuner.kernels.launches import Replay
 from tuner.kernels.padding import pad_changes_nothing
 from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
 
-# Per call key: the kernel and the config to launch, decided once.
-_PLANS: dict[tuple, tuple[Kernel, Mapping]] = {}
+@dataclass
+class _Call:
+    """What the dispatcher decided for one call key (`_call_key`), and how it launches."""
+    kernel: Kernel
+    config: Mapping
+    # The first call's launches, replayed for later ones (kernels/launches.py); None until
+    # recorded, and for configs that launch more than Triton kernels.
+    replay: Replay | None = None
+    recorded: bool = False
 
 
-def _plan(gemm: Gemm, dtype: str, raw: tuple) -> tuple[Kernel, Mapping]:
+_CALLS: dict[tuple, _Call] = {}
+
+
+def _call_key(gemm: Gemm) -> tuple:
+    """Everything that decides the config and the compiled kernels of a call: shapes,
+    strides, dtype, device, the optional tensors, and each pointer's 16-byte alignment
+    (Triton specializes on it, and TMA needs it)."""
+    a, b, out, bias = gemm.a, gemm.b, gemm.out, gemm.bias
+    aligned = tuple(t is None or t.data_ptr() % 16 == 0
+                    for t in (a, b, out, bias, gemm.scale_a, gemm.scale_b))
+    return (a.shape, b.shape, a.stride(), b.stride(), out.stride(), a.dtype, a.device,
+            None if bias is None else bias.stride(), gemm.allow_tf32, aligned)
+
+
+def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
     M, N, K = gemm.mnk
     kernel = kernel_for(M, N)
+    dtype = NAME_OF_TORCH_DTYPE[gemm.a.dtype]
     config = get_tuned_config(kernel.name, M=M, N=N, K=K, dtype=dtype,
                               stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
     if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
@@ -40,29 +67,36 @@ def _plan(gemm: Gemm, dtype: str, raw: tuple) -> tuple[Kernel, Mapping]:
                       f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
                       f"({reason}); using the default", RuntimeWarning, stacklevel=4)
         config = DEFAULT_CONFIGS[kernel.name]
-    _PLANS[raw] = plan = (kernel, config)
-    return plan
+    return kernel, config
+
+
+def _call(gemm: Gemm) -> _Call:
+    key = _call_key(gemm)
+    call = _CALLS.get(key)
+    if call is None:
+        call = _CALLS[key] = _Call(*_decide(gemm))
+    return call
 
 
 def clear_cache() -> None:
     """Forget the decided plans and the loaded tables, e.g. after $TUNE_CONFIG or the table
     file changed (runtime.clear_cache alone would leave this module's plans in place)."""
-    _PLANS.clear()
+    _CALLS.clear()
     runtime.clear_cache()
 
 
 def plan(gemm: Gemm) -> tuple[Kernel, Mapping]:
     """The kernel and config the dispatcher launches for this call (M, N, K >= 1)."""
-    M, N, K = gemm.mnk
-    dtype = NAME_OF_TORCH_DTYPE[gemm.a.dtype]
-    # Pointer alignment is part of the key: TMA needs 16-byte aligned bases.
-    aligned = (gemm.a.data_ptr() | gemm.b.data_ptr() | gemm.out.data_ptr()) % 16 == 0
-    raw = (M, N, K, gemm.a.stride(), gemm.b.stride(), gemm.out.stride(), dtype, aligned)
-    return _PLANS.get(raw) or _plan(gemm, dtype, raw)
+    call = _call(gemm)
+    return call.kernel, call.config
 
 
 def _compute(gemm: Gemm) -> None:
-    """gemm.out = a @ b (scaled, plus bias) with the tuned config; shapes already checked."""
+    """gemm.out = a @ b (scaled, plus bias) with the tuned config; shapes already checked.
+
+    The first call of a key launches through Triton and records its launches; later calls
+    of a replayable config re-issue them with their own operands' addresses.
+    """
     M, N, K = gemm.mnk
     if M == 0 or N == 0:
         return
@@ -70,16 +104,23 @@ def _compute(gemm: Gemm) -> None:
         gemm.out.copy_(torch.zeros_like(gemm.out) if gemm.bias is None
                        else gemm.bias.expand_as(gemm.out))
         return
-    kernel, config = plan(gemm)
-    kernel.launch(gemm, config)
+    call = _call(gemm)
+    operands = (gemm.a, gemm.b, gemm.out, gemm.bias, gemm.scale_a, gemm.scale_b)
+    if call.replay is not None:
+        call.replay(operands)
+        return
+    with launches.recording() as recorded:
+        call.kernel.launch(gemm, call.config)
+    if not call.recorded:
+        call.recorded = True
+        if call.kernel.replayable(call.config):
+            call.replay = Replay.of(recorded, operands)
 
 
 # -- validation -------------------------------------------------------------------------------
 def _check_inputs(name: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b) -> torch.dtype:
-    """The output dtype of a @ b, after checking what the kernels accept; errors name `name`."""
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"{name}: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
-                         f"{tuple(b.shape)}")
+    """The output dtype of a @ b, after checking the dtypes, devices and scales the kernels
+    accept (the caller checks shapes); errors name `name`."""
     dtype = DTYPES.get(NAME_OF_TORCH_DTYPE.get(a.dtype, ""))
     if dtype is None or b.dtype != a.dtype:
         raise TypeError(f"{name}: a and b must share one of {', '.join(DTYPES)}; got {a.dtype} "
@@ -201,6 +242,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     inputs need per-tensor scales and give bf16: (scale_a * a) @ (scale_b * b). `out`, if
     given, must be M×N of the output dtype on the same device (no autograd then, as in torch).
     """
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
     out_dtype = _check_inputs("matmul", a, b, scale_a, scale_b)
     M, N = a.shape[0], b.shape[1]
     if out is None:
@@ -226,7 +270,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.dim() < 1 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: expected x (..., K) and weight (N×K), got {tuple(x.shape)} "
                          f"and {tuple(weight.shape)}")
-    _check_inputs("linear", x.reshape(-1, x.shape[-1]), weight.t(), None, None)
+    _check_inputs("linear", x, weight, None, None)
     if bias is not None and (bias.shape != (weight.shape[0],) or bias.dtype != x.dtype
                              or bias.device != x.device):
         raise ValueError(f"linear: bias must be ({weight.shape[0]},) {x.dtype} on {x.device}, "
