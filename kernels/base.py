@@ -101,10 +101,7 @@ def start(jit_fn, grid, args: tuple, kwargs: dict, compile_only: bool) -> None:
     if compile_only:
         jit_fn.warmup(*args, grid=grid, **kwargs)
         return
-    compiled = jit_fn[grid](*args, **kwargs)
-    # The compiled kernel takes every parameter in order, constexprs included (ignored).
-    launches.record(compiled, grid,
-                    (*args, *(kwargs[name] for name in jit_fn.arg_names[len(args):])))
+    launches.record(jit_fn, jit_fn[grid](*args, **kwargs), grid, args, kwargs)
 
 
 @dataclass(frozen=True)

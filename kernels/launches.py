@@ -39,10 +39,13 @@ def recording():
         _recorded = None
 
 
-def record(compiled, grid: tuple, args: Sequence) -> None:
-    """Called by kernels.base.start after each real launch: remember it if recording."""
+def record(jit_fn, compiled, grid: tuple, args: Sequence, kwargs: dict) -> None:
+    """Called by kernels.base.start after each real launch of `jit_fn` with `args` and
+    `kwargs`: remember it if recording (nothing else: this runs on every launch)."""
     if _recorded is not None:
-        _recorded.append((compiled, grid, tuple(args)))
+        # The compiled kernel takes every parameter in order, constexprs included (ignored).
+        every = (*args, *(kwargs[name] for name in jit_fn.arg_names[len(args):]))
+        _recorded.append((compiled, grid, every))
 
 
 def _address_slot(arg: torch.Tensor, operands: Sequence[torch.Tensor | None]):

@@ -3,10 +3,16 @@
 The compiled kernels here are fakes that log what they are called with: the re-derivation
 of arguments is plain Python, and a GPU test (tests/test_gpu.py) runs real replays.
 """
+from types import SimpleNamespace
+
 import torch
 
 from tuner.kernels import launches
 from tuner.kernels.launches import Replay
+
+
+# A JIT function's parameter names, as kernels.base.start hands it to `record`.
+KERNEL = SimpleNamespace(arg_names=["a", "b", "c", "ws", "m", "k", "bias", "BLOCK"])
 
 
 class FakeCompiled:
@@ -33,7 +39,8 @@ def test_operand_views_become_addresses_of_the_new_operands():
     a, b, out = torch.zeros(4, 8), torch.zeros(8, 6), torch.zeros(4, 6)
     workspace = torch.zeros(3)
     with launches.recording() as recorded:
-        launches.record(FakeCompiled(log), (2, 1), (a, b.t(), out[1:], workspace, 4, 64, None))
+        launches.record(KERNEL, FakeCompiled(log), (2, 1),
+                        (a, b.t(), out[1:], workspace, 4, 64, None), {"BLOCK": 32, "num_warps": 4})
     replay = Replay.of(recorded, (a, b, out, None))
     assert recorded and not log  # recording logs launches; it launches nothing itself
 
@@ -43,13 +50,14 @@ def test_operand_views_become_addresses_of_the_new_operands():
     row = out2.stride(0) * out2.element_size()
     assert grid == (2, 1, 1)
     assert args[:3] == (a2.data_ptr(), b2.data_ptr(), out2.data_ptr() + row)
-    assert args[3] is workspace and args[4:] == (4, 64, None)
+    # Constexprs follow in signature order (the launcher ignores them); options do not.
+    assert args[3] is workspace and args[4:] == (4, 64, None, 32)
     # The replay holds no operand of the recorded call (they could be large weights).
     assert all(arg is None for arg in replay.launches[0][2][:3])
 
 
 def test_launches_outside_a_recording_are_not_kept_and_host_objects_refuse_replay():
-    launches.record(FakeCompiled([]), (1,), (1,))
+    launches.record(KERNEL, FakeCompiled([]), (1,), (1,), {})
     with launches.recording() as recorded:
         pass
     assert recorded == []
@@ -58,8 +66,10 @@ def test_launches_outside_a_recording_are_not_kept_and_host_objects_refuse_repla
         pass
 
     with launches.recording() as recorded:
-        launches.record(FakeCompiled([]), (1,), (torch.zeros(2), Descriptor()))
+        launches.record(SimpleNamespace(arg_names=["x", "desc"]), FakeCompiled([]), (1,),
+                        (torch.zeros(2), Descriptor()), {})
     assert Replay.of(recorded, (torch.zeros(2),)) is None
     with launches.recording() as recorded:
-        launches.record(None, (1,), (torch.zeros(2),))  # the interpreter compiles nothing
+        launches.record(SimpleNamespace(arg_names=["x"]), None, (1,), (torch.zeros(2),),
+                        {})  # the interpreter compiles nothing
     assert Replay.of(recorded, (torch.zeros(2),)) is None

@@ -108,10 +108,11 @@ def _compute(gemm: Gemm) -> None:
     operands = (gemm.a, gemm.b, gemm.out, gemm.bias, gemm.scale_a, gemm.scale_b)
     if call.replay is not None:
         call.replay(operands)
-        return
-    with launches.recording() as recorded:
+    elif call.recorded:  # its config cannot be replayed
         call.kernel.launch(gemm, call.config)
-    if not call.recorded:
+    else:
+        with launches.recording() as recorded:
+            call.kernel.launch(gemm, call.config)
         call.recorded = True
         if call.kernel.replayable(call.config):
             call.replay = Replay.of(recorded, operands)

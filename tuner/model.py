@@ -745,12 +745,12 @@ def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
     ranked: list[tuple[float, dict]] = []
     taken: set = set()
     for ms, *_, config in _scored(shape, space, spec, allow_tf32):
-        if distinct is not None and distinct(config) in taken:
+        tag = None if distinct is None else distinct(config)
+        if tag is not None and tag in taken:
             continue
         if kernel.feasible(config, gemm, limit) is None:
             ranked.append((ms, config))
-            if distinct is not None:
-                taken.add(distinct(config))
+            taken.add(tag)
             if len(ranked) == k:
                 break
     return ranked

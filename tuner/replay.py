@@ -126,15 +126,13 @@ STRATEGIES = {s.name: s for s in (
 )}
 
 
-def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int,
-                  distinct=None) -> list[dict]:
-    """The analytical model's k best configs of the recorded space, best first (with
-    `distinct`, the best of each distinct value, as tuner.model.rank_configs)."""
+def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int) -> list[dict]:
+    """The analytical model's k best configs of the recorded space, best first."""
     from tuner.model import device_spec, rank_configs
 
     return [config for _, config in rank_configs(
         recording.shape, recording.space, KERNELS[recording.kernel], device_spec(device),
-        device.smem_per_block, k=k, distinct=distinct)]
+        device.smem_per_block, k=k)]
 
 
 def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int,
@@ -207,12 +205,15 @@ def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, tr
     the model's top tile shapes). Replays run in `jobs` processes."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from tuner.warmstart import MODEL_TOP, tile_shape
+    from tuner.model import device_spec
+    from tuner.warmstart import model_configs
 
+    spec = device_spec(recording.device)
     tasks = []
     for r in recording.shapes:
         ranking = model_ranking(r, recording.device, k=trials)
-        warm_start = model_ranking(r, recording.device, k=MODEL_TOP, distinct=tile_shape)
+        warm_start = model_configs(KERNELS[r.kernel], r.space, r.shape, spec,
+                                   recording.device.smem_per_block)
         tasks += [(r, s, seed, trials, in_flight, ranking if s.sampler is None else warm_start)
                   for s in strategies for seed in range(seeds if s.sampler else 1)]
     curves: dict[str, list[list[float]]] = {s.name: [] for s in strategies}
