@@ -102,5 +102,6 @@ class Replay:
             args = fixed.copy()
             for position, operand, offset in slots:
                 args[position] = addresses[operand] + offset
-            compiled.run(*grid, stream, compiled.function, compiled.packed_metadata,
-                         compiled.launch_metadata(grid, stream, *args), enter, exit_, *args)
+            metadata = None if enter is None else compiled.launch_metadata(grid, stream, *args)
+            compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata,
+                         enter, exit_, *args)

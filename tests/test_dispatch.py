@@ -172,3 +172,85 @@ def test_a_padded_config_runs_unpadded_on_an_aligned_bucket_mate(tmp_path, monke
         assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp16"].tolerance
         _, config = dispatch.plan(dispatch.Gemm(a, b, out))
         assert config["pad"] == pad
+
+
+class TorchReplay:
+    """Stands in for a kernels.launches.Replay (the interpreter compiles nothing to replay):
+    computes out = a @ b (+ bias) with torch from the operands it is handed, and logs them."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def __call__(self, operands):
+        a, b, out, bias, _, _ = operands
+        self.log.append(operands)
+        b = b.t() if b.shape[0] == out.shape[-1] and a.shape[-1] != b.shape[0] else b
+        product = a.reshape(-1, a.shape[-1]).double() @ b.double()
+        out.copy_((product if bias is None else product + bias.double()).view(out.shape))
+
+
+@pytest.fixture
+def torch_replays(monkeypatch) -> list:
+    """Every call key gets a TorchReplay; returns the log of the operands replays were given."""
+    log = []
+    monkeypatch.setattr(dispatch.Replay, "of", classmethod(lambda cls, recorded, ops:
+                                                           TorchReplay(log)))
+    return log
+
+
+def counting_compute(monkeypatch) -> list:
+    calls = []
+    compute = dispatch._compute
+    monkeypatch.setattr(dispatch, "_compute", lambda gemm: (calls.append(gemm.mnk),
+                                                            compute(gemm))[1])
+    return calls
+
+
+def test_a_repeated_signature_skips_validation_and_replays_its_own_operands(
+        torch_replays, monkeypatch):
+    """The second call of a signature goes straight to the replay, with its own tensors:
+    neither the checks nor the dispatcher's plan lookup run again."""
+    computed = counting_compute(monkeypatch)
+    weight, bias = torch.randn(24, 40), torch.randn(24)
+    for seed in range(3):
+        x = torch.randn(2, 3, 40, generator=torch.Generator().manual_seed(seed))
+        out = tuner.linear(x, weight, bias)
+        assert out.shape == (2, 3, 24)
+        torch.testing.assert_close(out, F.linear(x, weight, bias))
+    assert computed == [(6, 24, 40)]
+    assert [ops[0] is not None and ops[1] is weight and ops[3] is bias
+            for ops in torch_replays] == [True, True]
+
+    a, b, out = torch.randn(5, 7), torch.randn(7, 3), torch.empty(5, 3)
+    for _ in range(2):
+        assert tuner.matmul(a, b, out) is out
+        torch.testing.assert_close(out, a @ b)
+    assert computed == [(6, 24, 40), (5, 3, 7)]
+    assert all(given is mine for given, mine in zip(torch_replays[-1], (a, b, out)))
+
+
+def test_what_changes_the_signature_or_forbids_a_replay(torch_replays, monkeypatch):
+    computed = counting_compute(monkeypatch)
+    weight = torch.randn(8, 16)
+    storage = torch.randn(40)
+    tuner.linear(storage[:16], weight)
+    tuner.linear(storage[1:17], weight)  # 4 bytes further: not 16-byte aligned
+    assert len(computed) == 2 and not torch_replays
+    tuner.linear(storage[:16].half(), weight.half())  # another dtype
+    assert len(computed) == 3
+
+    # A transposed 3-D x reshapes by copying: a replay must read the copy, not x, so every
+    # call takes the full path (which replays the launches on the copy).
+    x = torch.randn(4, 3, 16).transpose(0, 1)
+    for _ in range(2):
+        torch.testing.assert_close(tuner.linear(x, weight), F.linear(x, weight))
+    assert len(computed) == 5
+    ((copy, *_),) = torch_replays
+    assert copy.shape == (12, 16) and copy.data_ptr() != x.data_ptr()
+
+    # A call that autograd must record goes through the operator, signature seen or not.
+    x = torch.randn(3, 16)
+    tuner.linear(x, weight)
+    weight.requires_grad_(True)
+    tuner.linear(x, weight).sum().backward()
+    assert weight.grad is not None and len(computed) == 8  # forward, grad_w (grad_x unused)

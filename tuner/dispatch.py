@@ -11,7 +11,9 @@ formulas whose backward GEMMs go through the same dispatcher. Eager calls that n
 autograd skip the operator machinery and launch directly: host time decides decode shapes.
 For the same reason a call key's Triton launches are recorded once and replayed for later
 calls with the new operands' addresses (kernels/launches.py), skipping Triton's argument
-binding and specialization.
+binding and specialization; and a public call whose signature (every tensor's shape, strides,
+dtype, device and alignment) was seen before skips validation too (`_Repeat`): that
+signature passed it already, and decides the launches.
 """
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ def clear_cache() -> None:
     """Forget the decided plans and the loaded tables, e.g. after $TUNE_CONFIG or the table
     file changed (runtime.clear_cache alone would leave this module's plans in place)."""
     _CALLS.clear()
+    _REPEATS.clear()
     runtime.clear_cache()
 
 
@@ -91,19 +94,20 @@ def plan(gemm: Gemm) -> tuple[Kernel, Mapping]:
     return call.kernel, call.config
 
 
-def _compute(gemm: Gemm) -> None:
+def _compute(gemm: Gemm) -> _Call | None:
     """gemm.out = a @ b (scaled, plus bias) with the tuned config; shapes already checked.
+    Returns the call's plan (None for an empty product, which launches nothing).
 
     The first call of a key launches through Triton and records its launches; later calls
     of a replayable config re-issue them with their own operands' addresses.
     """
     M, N, K = gemm.mnk
     if M == 0 or N == 0:
-        return
+        return None
     if K == 0:
         gemm.out.copy_(torch.zeros_like(gemm.out) if gemm.bias is None
                        else gemm.bias.expand_as(gemm.out))
-        return
+        return None
     call = _call(gemm)
     operands = (gemm.a, gemm.b, gemm.out, gemm.bias, gemm.scale_a, gemm.scale_b)
     if call.replay is not None:
@@ -116,6 +120,7 @@ def _compute(gemm: Gemm) -> None:
         call.recorded = True
         if call.kernel.replayable(call.config):
             call.replay = Replay.of(recorded, operands)
+    return call
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -187,12 +192,18 @@ def _mm_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
     _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
 
 
-def _linear_new(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                allow_tf32: bool) -> torch.Tensor:
+def _linear_run(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                allow_tf32: bool) -> tuple[torch.Tensor, _Call | None, torch.Tensor]:
+    """(output, the call's plan, the 2-D x it multiplied) of x @ weight^T + bias."""
     x2 = x.reshape(-1, x.shape[-1])
     out = _new_out(x2, weight.shape[0], x.dtype)
-    _compute(Gemm(x2, weight.t(), out, bias, allow_tf32=allow_tf32))
-    return out.view(*x.shape[:-1], weight.shape[0])
+    call = _compute(Gemm(x2, weight.t(), out, bias, allow_tf32=allow_tf32))
+    return out.view(*x.shape[:-1], weight.shape[0]), call, x2
+
+
+def _linear_new(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                allow_tf32: bool) -> torch.Tensor:
+    return _linear_run(x, weight, bias, allow_tf32)[0]
 
 
 _linear = torch.library.custom_op("tuner::linear", _linear_new, mutates_args=())
@@ -226,12 +237,53 @@ def _linear_backward(ctx, grad):
 _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
+# -- repeated calls ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Repeat:
+    """What a public call needs when its signature (`_tensor_signature` of every argument)
+    comes again: the replay of its launches and the output to allocate. Validation is
+    skipped: the signature holds everything it checks (shapes, dtypes, devices), and passed."""
+    replay: Replay
+    out_shape: torch.Size
+    out_dtype: torch.dtype
+    device: torch.device
+
+    def new_out(self) -> torch.Tensor:
+        return torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+
+
+# Per public-call signature: its _Repeat, or None where later calls take the full path (a
+# config that cannot be replayed, an empty product, or an input reshape that copied).
+_REPEATS: dict[tuple, _Repeat | None] = {}
+
+
+def _tensor_signature(t: torch.Tensor | None) -> tuple | None:
+    """What of an argument decides a call's checks and launches: its address only through
+    the 16-byte alignment Triton specializes on."""
+    if t is None:
+        return None
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0
+
+
+def _remember(signature: tuple, call: _Call | None, out: torch.Tensor,
+              same_addresses: bool) -> None:
+    """Note how later calls of `signature` run: replayed if its launches can be, and if the
+    operands the launches read sit at the arguments' own addresses (`same_addresses`)."""
+    if signature not in _REPEATS:
+        replay = call.replay if call is not None and same_addresses else None
+        _REPEATS[signature] = None if replay is None else _Repeat(replay, out.shape,
+                                                                  out.dtype, out.device)
+
+
 # -- the public functions ---------------------------------------------------------------------
-def _direct(*tensors: torch.Tensor) -> bool:
+def _records_grad(*tensors: torch.Tensor | None) -> bool:
+    """True when autograd must record this call: grad mode, and an input that needs one."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _direct(*tensors: torch.Tensor | None) -> bool:
     """True when the operator machinery adds nothing: eager, and no gradient to record."""
-    if torch.compiler.is_compiling():
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    return not torch.compiler.is_compiling() and not _records_grad(*tensors)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
@@ -243,21 +295,33 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     inputs need per-tensor scales and give bf16: (scale_a * a) @ (scale_b * b). `out`, if
     given, must be M×N of the output dtype on the same device (no autograd then, as in torch).
     """
+    signature = None
+    if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
+        signature = ("matmul", allow_tf32, _tensor_signature(a), _tensor_signature(b),
+                     _tensor_signature(out), _tensor_signature(scale_a),
+                     _tensor_signature(scale_b))
+        repeat = _REPEATS.get(signature)
+        if repeat is not None and not _records_grad(a, b):
+            out = repeat.new_out() if out is None else out
+            repeat.replay((a, b, out, None, scale_a, scale_b))
+            return out
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
     out_dtype = _check_inputs("matmul", a, b, scale_a, scale_b)
     M, N = a.shape[0], b.shape[1]
-    if out is None:
-        new = _matmul_new if _direct(a, b) else _mm
-        return new(a, b, scale_a, scale_b, allow_tf32)
-    if out.shape != (M, N) or out.dtype != out_dtype or out.device != a.device:
+    if out is not None and (out.shape != (M, N) or out.dtype != out_dtype
+                            or out.device != a.device):
         raise ValueError(f"matmul: out must be {M}×{N} {out_dtype} on {a.device}, got "
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
-    if _direct(a, b, out):
-        _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
-    else:
+    if not _direct(a, b, out):
+        if out is None:
+            return _mm(a, b, scale_a, scale_b, allow_tf32)
         _mm_out(a, b, out, scale_a, scale_b, allow_tf32)
+        return out
+    out = _new_out(a, N, out_dtype) if out is None else out
+    call = _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
+    _remember(signature, call, out, same_addresses=True)
     return out
 
 
@@ -268,6 +332,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     The weight is read in place through its transposed strides (no copy), and the bias is
     added in the kernel's epilogue.
     """
+    signature = None
+    if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
+        signature = ("linear", allow_tf32, _tensor_signature(x), _tensor_signature(weight),
+                     _tensor_signature(bias))
+        repeat = _REPEATS.get(signature)
+        if repeat is not None and not _records_grad(x, weight, bias):
+            out = repeat.new_out()
+            repeat.replay((x, weight, out, bias, None, None))
+            return out
     if x.dim() < 1 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: expected x (..., K) and weight (N×K), got {tuple(x.shape)} "
                          f"and {tuple(weight.shape)}")
@@ -276,5 +349,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                              or bias.device != x.device):
         raise ValueError(f"linear: bias must be ({weight.shape[0]},) {x.dtype} on {x.device}, "
                          f"got {tuple(bias.shape)} {bias.dtype} on {bias.device}")
-    new = _linear_new if _direct(x, weight, *(() if bias is None else (bias,))) else _linear
-    return new(x, weight, bias, allow_tf32)
+    if not _direct(x, weight, bias):
+        return _linear(x, weight, bias, allow_tf32)
+    out, call, x2 = _linear_run(x, weight, bias, allow_tf32)
+    # A replay reads x where the first call's launches read x2: the same only for a view.
+    _remember(signature, call, out, same_addresses=x2.data_ptr() == x.data_ptr())
+    return out
