@@ -14,7 +14,6 @@ from tuner.kernels.gemv import GEMV
 from tuner.kernels.general import GENERAL
 from tuner.kernels.persistent import PERSISTENT
 from tuner.kernels.splitk import SPLITK
-from tuner.kernels.streamk import STREAMK
 from tuner.kernels.tma import TMA
 
 _HERE = Path(__file__).parent
@@ -22,7 +21,7 @@ _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainlo
                                           "padding.py", "workspace.py"))
 
 KERNELS: dict[str, Kernel] = {
-    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, SPLITK, STREAMK), _SHARED),
+    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, SPLITK), _SHARED),
     "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK), _SHARED),
 }
 

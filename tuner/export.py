@@ -22,11 +22,9 @@ from tuner.runtime import TABLE_FORMAT
 from tuner.space import KERNEL_PARAMS
 
 # FlagGems' op names for our variants: its mm_general_tma op covers the pointer and the TMA
-# paths (it takes TMA whenever strides allow), so our persistent kernel joins them there, and
-# so does stream-K, which FlagGems lacks: its tile config is a plain tile config there.
+# paths (it takes TMA whenever strides allow), so our persistent kernel joins them there.
 EXPAND_OP_NAMES = {"general": "mm_general_tma", "tma": "mm_general_tma",
-                   "persistent": "mm_general_tma", "streamk": "mm_general_tma",
-                   "splitk": "mm_splitk", "gemv": "gemv"}
+                   "persistent": "mm_general_tma", "splitk": "mm_splitk", "gemv": "gemv"}
 # FlagGems' value-list names for the Triton launch options.
 _LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
 

@@ -24,9 +24,7 @@ How `predict_ms` times one config:
   a round pays a whole extra one (wave quantization). Residency comes from shared memory,
   registers and warps. The persistent variant keeps one program per SM and saves the
   per-tile pipeline refill; split-K multiplies the programs (filling the SMs when M×N has
-  few tiles) and pays fp32 partials and a finishing kernel; stream-K shares all K steps
-  evenly among one program per SM and pays atomics for the tiles it splits; gemv streams
-  the matrix once
+  few tiles) and pays fp32 partials and a finishing kernel; gemv streams the matrix once
   on the CUDA cores.
 - A kernel takes at least its DRAM bytes at sustained bandwidth, and a launch overhead.
 
@@ -639,35 +637,6 @@ def _split_programs(ops: _Operands, tile: _Tile, splits: int, atomic: bool, occu
     return main + finish + zeroing
 
 
-def _streamk(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
-    tile = _tile_of(config)
-    return _stream_programs(ops, tile, config["GROUP_M"], spec)
-
-
-@lru_cache(maxsize=65536)
-def _stream_programs(ops: _Operands, tile: _Tile, group_m: int, spec: DeviceSpec) -> float:
-    """One program per SM over an equal share of all tiles' K steps (kernels/streamk.py).
-
-    No SM idles in a last wave; the price is a pipeline refill at every tile boundary a
-    program crosses, fp32 atomic adds for the tiles split between programs (at most one
-    split per program boundary), and a finishing kernel that reads those back, zeroes them
-    and writes their part of C.
-    """
-    tiles, steps = _output_tiles(ops, tile), _cdiv(ops.K, tile.BK)
-    programs = min(spec.sm_count, tiles * steps)
-    share = _cdiv(tiles * steps, programs)
-    boundaries = _cdiv(share, steps) + 1  # tiles a program starts or finishes
-    boundary = max(_epilogue_seconds(tile, ops.out_itemsize, spec), LOAD_LATENCY_S)
-    compute = (LOAD_LATENCY_S + share * _step_seconds(_tile_step(ops, tile, False, False, spec), 1)
-               + boundaries * boundary)
-    split_bytes = min(tiles, programs - 1) * tile.BM * tile.BN * FP32_BYTES
-    atomic_bytes = 2 * split_bytes * ATOMIC_TRAFFIC_FACTOR  # two or more shares per split tile
-    dram_bytes = _operand_dram_bytes(ops, tile, group_m, programs, spec) + ops.c_bytes
-    main = max(compute, _dram_seconds(dram_bytes + atomic_bytes, spec)) + LAUNCH_S
-    finish = _dram_seconds(2 * split_bytes, spec) + LAUNCH_S  # read, then zero
-    return main + finish
-
-
 def _gemv(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
     """y = A @ x on the CUDA cores, bound by reading the matrix once (kernels/gemv.py).
 
@@ -689,7 +658,7 @@ def _gemv(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
 
 
 _VARIANT_SECONDS = {"general": _general, "tma": _tma, "persistent": _persistent,
-                    "splitk": _splitk, "streamk": _streamk, "gemv": _gemv}
+                    "splitk": _splitk, "gemv": _gemv}
 
 
 @lru_cache(maxsize=1024)
