@@ -19,6 +19,7 @@ out, and the estimate's error against Triton's shared memory where both exist.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -84,6 +85,7 @@ def main(argv=None) -> int:
     parser.add_argument("--per-group", type=int, default=12)
     parser.add_argument("--workers", type=int, default=14)
     parser.add_argument("--timeout-s", type=float, default=60.0)
+    parser.add_argument("--jsonl", help="also write one JSON line per config here")
     args = parser.parse_args(argv)
     props = torch.cuda.get_device_properties(0)
     smem_limit = props.shared_memory_per_block_optin
@@ -117,6 +119,11 @@ def main(argv=None) -> int:
                 print(f"{i}/{len(tasks)}", file=sys.stderr)
     for worker in workers:
         worker.close()
+    if args.jsonl:
+        with open(args.jsonl, "w") as f:
+            for (shape, variant, group, estimate, config), outcome in results:
+                f.write(json.dumps({"shape": str(shape), "group": group, "estimate": estimate,
+                                    "config": config, **outcome}) + "\n")
 
     print(f"# feasibility check vs real compiles — {props.name}, torch {torch.__version__}, "
           f"triton {triton.__version__}, {datetime.now(timezone.utc):%Y-%m-%d}\n")
