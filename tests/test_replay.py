@@ -1,4 +1,6 @@
 """Replaying search strategies on recorded timings: real Optuna studies over a lookup table."""
+from pathlib import Path
+
 import pytest
 
 from tests.factories import H100
@@ -16,7 +18,14 @@ from tuner.replay import (
     recording_from_store,
     replay,
 )
-from tuner.replay_report import curves_table, meets_goal, model_quality_table
+from tuner.replay_report import (
+    curves_table,
+    geomean,
+    meets_goal,
+    model_pick_ratios,
+    model_quality_table,
+)
+from tuner.samplers import DEFAULT_SAMPLER
 from tuner.search import config_signature
 from tuner.shapes import Shape
 from tuner.space import parse_space
@@ -135,3 +144,27 @@ def test_the_cli_offers_exactly_the_samplers_there_are():
     from tuner.samplers import SAMPLERS
     (option,) = [p for p in run.params if p.name == "sampler"]
     assert list(option.type.choices) == list(SAMPLERS)
+
+
+# The exhaustive H200 recording committed for CI (benchmarks/data/README.md says how it was
+# taken), and the seeds replayed here: the committed curves use 20; 8 keep the median stable
+# and the test under a minute on CI's two cores.
+RECORDED_H200 = Path(__file__).resolve().parent.parent / "benchmarks/data/recording-h200.json.gz"
+CI_SEEDS = 8
+
+
+def test_the_default_strategy_meets_the_goal_on_the_recorded_h200_timings():
+    """`tune run`'s default (the model's warm start, then the default sampler) reaches the
+    issue's goal on real timings: median >= 95% of the exhaustive best within 12 measured
+    configs and >= 98% within 32, over 12+ shapes."""
+    recording = Recording.load(RECORDED_H200)
+    assert len(recording.shapes) >= 12
+    default = STRATEGIES[f"model+{DEFAULT_SAMPLER}"]
+    curves = compare(recording, [default], seeds=CI_SEEDS, trials=32, in_flight=16, jobs=2)
+    assert len(curves[default.name]) == CI_SEEDS * len(recording.shapes)
+    assert meets_goal(median_curve(curves[default.name], 32))
+
+
+def test_the_model_alone_reaches_90_percent_of_the_recorded_best():
+    rows = model_pick_ratios(Recording.load(RECORDED_H200))
+    assert geomean([picked / best for _, best, picked in rows]) >= 0.90

@@ -367,6 +367,15 @@ def _accumulator_regs(tile: _Tile) -> int:
     return tile.BM * tile.BN // (32 * tile.warps)
 
 
+def _program_regs(tile: _Tile, ops: _Operands) -> int:
+    """Registers per thread of a tile program. On the CUDA cores (IEEE fp32) a thread also
+    holds the A and B fragments of its outer products, about as many registers again as
+    its accumulators: on an H200, 128×128 tiles on 4 warps (128 accumulators a thread) ran
+    at 9 TF/s, spilling, where 8 warps (64 each) ran at 42 (benchmarks/data/recording-h200)."""
+    operands = 0 if ops.tensor_cores else _accumulator_regs(tile)
+    return _accumulator_regs(tile) + operands + BASE_REGS
+
+
 def _spill_factor(regs: int) -> float:
     return 1.0 if regs <= MAX_REGS_PER_THREAD else SPILL_SLOWDOWN
 
@@ -377,7 +386,7 @@ def _tile_step(ops: _Operands, tile: _Tile, tma: bool, warp_specialized: bool,
     """One K step of a tile program: BM×BK of A and BK×BN of B into an fp32 accumulator."""
     BM, BN, BK = tile.BM, tile.BN, tile.BK
     clock, item = spec.clock_hz, ops.itemsize
-    spill = _spill_factor(_accumulator_regs(tile) + BASE_REGS)
+    spill = _spill_factor(_program_regs(tile, ops))
     wgmma = _uses_wgmma(tile, ops)
     mma = 2 * BM * BN * BK / (_sm_flops(ops, spec) * _mma_efficiency(tile, ops)) * spill
     smem = _smem_traffic(tile, item, wgmma) / (SMEM_BYTES_PER_CLOCK * clock)
@@ -452,7 +461,7 @@ def _resident_programs(smem_bytes: int, regs_per_thread: int, warps: int,
 
 def _tile_occupancy(ops: _Operands, config: Mapping, tile: _Tile, spec: DeviceSpec) -> int:
     return _resident_programs(_smem_bytes(config, ops.itemsize),
-                              _accumulator_regs(tile) + BASE_REGS, tile.warps, spec)
+                              _program_regs(tile, ops), tile.warps, spec)
 
 
 @lru_cache(maxsize=65536)

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from tuner.replay import Recording, ReplayError, median_curve, model_ranking
+from tuner.replay import Recording, ReplayError, ShapeRecording, median_curve, model_ranking
 
 CHECKPOINTS = (1, 4, 8, 12, 16, 24, 32, 40, 64)
 # The issue's goal for the default strategy: the median over shapes and seeds reaches these
@@ -34,20 +34,30 @@ def curves_table(curves: dict[str, list[list[float]]], trials: int) -> str:
     return "\n".join(lines)
 
 
+def model_pick_ratios(recording: Recording) -> list[tuple[ShapeRecording, float, float]]:
+    """Per recorded shape: (its recording, the best TF/s, the model's first pick's TF/s)."""
+    rows = []
+    for shape_recording in recording.shapes:
+        (pick,) = model_ranking(shape_recording, recording.device, k=1)
+        picked = shape_recording.tflops[tuple(sorted(pick.items()))]
+        rows.append((shape_recording, shape_recording.best, picked))
+    return rows
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values))
+
+
 def model_quality_table(recording: Recording) -> str:
     """Markdown: per shape, the model's first pick against the recorded best, and the
     geometric mean of that ratio (the model-alone goal is >= 0.90)."""
     lines = ["| shape | best TF/s | model's pick TF/s | ratio |", "|---|---|---|---|"]
-    ratios = []
-    for shape_recording in recording.shapes:
-        (pick,) = model_ranking(shape_recording, recording.device, k=1)
-        picked = shape_recording.tflops[tuple(sorted(pick.items()))]
-        ratio = picked / shape_recording.best
-        ratios.append(max(ratio, 1e-9))
-        lines.append(f"| {shape_recording.shape} | {shape_recording.best:.1f} | {picked:.1f} | "
-                     f"{ratio:.3f} |")
-    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    lines.append(f"\ngeomean model pick / best: {geomean:.3f} over {len(ratios)} shapes")
+    rows = model_pick_ratios(recording)
+    for shape_recording, best, picked in rows:
+        lines.append(f"| {shape_recording.shape} | {best:.1f} | {picked:.1f} | "
+                     f"{picked / best:.3f} |")
+    ratio = geomean([picked / best for _, best, picked in rows])
+    lines.append(f"\ngeomean model pick / best: {ratio:.3f} over {len(rows)} shapes")
     return "\n".join(lines)
 
 
