@@ -254,3 +254,11 @@ def test_what_changes_the_signature_or_forbids_a_replay(torch_replays, monkeypat
     weight.requires_grad_(True)
     tuner.linear(x, weight).sum().backward()
     assert weight.grad is not None and len(computed) == 8  # forward, grad_w (grad_x unused)
+
+    # So does an `out` that requires grad, though a plain one of its signature replays.
+    a, b, out = torch.randn(5, 16), torch.randn(16, 3), torch.empty(5, 3)
+    tuner.matmul(a, b, out)
+    operator_calls = []
+    monkeypatch.setattr(dispatch, "_mm_out", lambda *args: operator_calls.append(args))
+    tuner.matmul(a, b, out.requires_grad_(True))
+    assert len(operator_calls) == 1

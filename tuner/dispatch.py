@@ -301,7 +301,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
                      _tensor_signature(out), _tensor_signature(scale_a),
                      _tensor_signature(scale_b))
         repeat = _REPEATS.get(signature)
-        if repeat is not None and not _records_grad(a, b):
+        if repeat is not None and not _records_grad(a, b, out):
             out = repeat.new_out() if out is None else out
             repeat.replay((a, b, out, None, scale_a, scale_b))
             return out
