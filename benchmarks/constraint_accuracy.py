@@ -31,7 +31,7 @@ import torch
 import triton
 
 from tuner.execution import meta_gemm, random_gemm
-from tuner.kernels import KERNELS, launches
+from tuner.kernels import KERNELS, kernel_variants, launches
 from tuner.shapes import Shape
 from tuner.space import builtin_spaces
 from tuner.workers import TaskFailed, Worker, WorkerLost
@@ -59,7 +59,7 @@ def launch_task(shape: Shape, config: dict) -> dict:
 def sample(shape: Shape, per_group: int, smem_limit: int, rng: random.Random) -> list[tuple]:
     """(variant, group, estimated smem, config) for each sampled config of the shape."""
     kernel, gemm = KERNELS["mm"], meta_gemm(shape)
-    mm_space = builtin_spaces({name: k.variant_params for name, k in KERNELS.items()})["mm"]
+    mm_space = builtin_spaces(kernel_variants())["mm"]
     space = kernel.study_space(mm_space, gemm)
     itemsize = gemm.a.element_size()
     pools = defaultdict(list)
@@ -73,10 +73,11 @@ def sample(shape: Shape, per_group: int, smem_limit: int, rng: random.Random) ->
     picked = []
     for (variant, group), configs in sorted(pools.items()):
         count = per_group // 3 if group == "registers" else per_group
-        by_margin = sorted(configs, key=lambda c: abs(kernel.smem_bytes(c, itemsize) - smem_limit))
+        estimated = [(kernel.smem_bytes(c, itemsize), c) for c in configs]
+        by_margin = sorted(estimated, key=lambda pair: abs(pair[0] - smem_limit))
         nearest, rest = by_margin[:count // 2], by_margin[count // 2:]
         chosen = nearest + rng.sample(rest, min(len(rest), count - len(nearest)))
-        picked += [(variant, group, kernel.smem_bytes(c, itemsize), c) for c in chosen]
+        picked += [(variant, group, estimate, c) for estimate, c in chosen]
     return picked
 
 

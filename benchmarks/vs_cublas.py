@@ -22,7 +22,7 @@ top, and ends with the geometric mean and the minimum of tuned/cuBLAS.
 from __future__ import annotations
 
 import argparse
-import math
+import statistics
 import os
 import sys
 import time
@@ -47,7 +47,7 @@ def parse_rows(text: str | None, count: int) -> range:
 
 def geomean(xs: list[float]) -> float:
     xs = [x for x in xs if x == x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+    return statistics.geometric_mean(xs) if xs else float("nan")
 
 
 def contenders(layout: str, scaled: bool):

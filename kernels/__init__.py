@@ -33,6 +33,12 @@ for _module in filter(None, os.environ.get("TUNE_KERNEL_MODULES", "").split(",")
     KERNELS[_kernel.name] = _kernel
 
 
+def kernel_variants() -> dict[str, dict[str, tuple[str, ...]]]:
+    """Per kernel, per variant, the parameters a config holds: what parse_space checks a
+    search-space file against."""
+    return {name: kernel.variant_params for name, kernel in KERNELS.items()}
+
+
 def kernel_for(m: int, n: int) -> Kernel:
     """The kernel that computes an M×N GEMM: gemv for a single row or column, else mm."""
     return KERNELS["gemv" if m == 1 or n == 1 else "mm"]

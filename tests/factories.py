@@ -1,10 +1,10 @@
 """Values several test modules build on."""
 from tuner.backends import DeviceInfo
-from tuner.kernels import KERNELS
+from tuner.kernels import kernel_variants
 from tuner.kernels.base import TILE_PARAMS
 
 # What parse_space learns from the real kernels (tuner.kernels).
-KERNEL_VARIANTS = {name: kernel.variant_params for name, kernel in KERNELS.items()}
+KERNEL_VARIANTS = kernel_variants()
 
 # What parse_space learns from the kernels: per kernel, per variant, the parameters a config
 # holds. "splitk" here only exercises the conditional space; the search tests use "general".

@@ -156,13 +156,12 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
 
 def _load_spaces(space_paths):
     """The built-in search spaces, with each --space file replacing its kernel's."""
-    from tuner.kernels import KERNELS
+    from tuner.kernels import kernel_variants
     from tuner.space import builtin_spaces, load_space
 
-    kernel_variants = {name: k.variant_params for name, k in KERNELS.items()}
-    own = {space.kernel: space for space in (load_space(p, kernel_variants)
-                                             for p in space_paths)}
-    return builtin_spaces(kernel_variants, skip=frozenset(own)) | own
+    variants = kernel_variants()
+    own = {space.kernel: space for space in (load_space(p, variants) for p in space_paths)}
+    return builtin_spaces(variants, skip=frozenset(own)) | own
 
 
 @main.command()

@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 from tuner.backends import DeviceInfo
 from tuner.execution import meta_gemm
-from tuner.kernels import KERNELS
+from tuner.kernels import KERNELS, kernel_variants
 from tuner.samplers import make_sampler
 from tuner.search import ASKS_PER_TRIAL, config_signature
 from tuner.shapes import Shape
@@ -80,8 +80,7 @@ class Recording:
 
 def _space(yaml_text: str, source: str) -> SearchSpace:
     import yaml
-    return parse_space(yaml.safe_load(yaml_text), source,
-                       {name: k.variant_params for name, k in KERNELS.items()})
+    return parse_space(yaml.safe_load(yaml_text), source, kernel_variants())
 
 
 def recording_from_store(store, device) -> tuple[Recording, list[str]]:

@@ -5,11 +5,12 @@ without matplotlib, an optional extra needed only for `--plot`.
 """
 from __future__ import annotations
 
-import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 from tuner.replay import Recording, ReplayError, ShapeRecording, median_curve, model_ranking
+from tuner.search import config_signature
 
 CHECKPOINTS = (1, 4, 8, 12, 16, 24, 32, 40, 64)
 # The issue's goal for the default strategy: the median over shapes and seeds reaches these
@@ -39,13 +40,14 @@ def model_pick_ratios(recording: Recording) -> list[tuple[ShapeRecording, float,
     rows = []
     for shape_recording in recording.shapes:
         (pick,) = model_ranking(shape_recording, recording.device, k=1)
-        picked = shape_recording.tflops[tuple(sorted(pick.items()))]
+        picked = shape_recording.tflops[config_signature(pick)]
         rows.append((shape_recording, shape_recording.best, picked))
     return rows
 
 
 def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values))
+    """Geometric mean, a config that failed (0 TF/s) counting as a tiny positive ratio."""
+    return statistics.geometric_mean(max(v, 1e-9) for v in values)
 
 
 def model_quality_table(recording: Recording) -> str:
