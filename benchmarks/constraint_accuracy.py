@@ -61,7 +61,6 @@ def sample(shape: Shape, per_group: int, smem_limit: int, rng: random.Random) ->
     kernel, gemm = KERNELS["mm"], meta_gemm(shape)
     mm_space = builtin_spaces(kernel_variants())["mm"]
     space = kernel.study_space(mm_space, gemm)
-    itemsize = gemm.a.element_size()
     pools = defaultdict(list)
     for config in space.configs():
         if config["pad"]:
@@ -73,7 +72,7 @@ def sample(shape: Shape, per_group: int, smem_limit: int, rng: random.Random) ->
     picked = []
     for (variant, group), configs in sorted(pools.items()):
         count = per_group // 3 if group == "registers" else per_group
-        estimated = [(kernel.smem_bytes(c, itemsize), c) for c in configs]
+        estimated = [(kernel.smem_bytes(c, gemm), c) for c in configs]
         by_margin = sorted(estimated, key=lambda pair: abs(pair[0] - smem_limit))
         nearest, rest = by_margin[:count // 2], by_margin[count // 2:]
         chosen = nearest + rng.sample(rest, min(len(rest), count - len(nearest)))

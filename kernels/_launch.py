@@ -67,11 +67,3 @@ def dot_options(gemm: Gemm) -> dict:
         INPUT_PRECISION=("tf32" if gemm.allow_tf32 else "ieee") if is_fp32 else None,
         DOT_UPCAST=INTERPRETED and dtype not in (torch.float16, torch.float32),
     )
-
-
-def tile_smem_bytes(tunables: Mapping[str, int], itemsize: int) -> int:
-    """Shared memory of a tile main loop's software pipeline: num_stages buffered A and B
-    tiles (Triton's own figure on an H200 for 128x256x128, 3 stages, bf16: 294912)."""
-    tile_elements = (tunables["BLOCK_M"] * tunables["BLOCK_K"]
-                     + tunables["BLOCK_K"] * tunables["BLOCK_N"])
-    return tunables["num_stages"] * tile_elements * itemsize

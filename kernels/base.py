@@ -24,6 +24,7 @@ import torch
 
 from tuner.kernels import launches
 from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
+from tuner.mma import TileOperands
 from tuner.space import KERNEL_PARAMS, SearchSpace
 
 Config = Mapping[str, "int | str"]
@@ -87,6 +88,16 @@ class Gemm:
     def mnk(self) -> tuple[int, int, int]:
         return self.a.shape[0], self.b.shape[1], self.a.shape[1]
 
+    @property
+    def itemsize(self) -> int:
+        return self.a.element_size()
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Whether the multiplies run on tensor cores (all but IEEE fp32): with the tile's
+        shape, this decides how Triton pipelines it (tuner.mma)."""
+        return self.a.dtype != torch.float32 or self.allow_tf32
+
     def with_operands(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Gemm:
         return replace(self, a=a, b=b, out=out)
 
@@ -113,8 +124,9 @@ class Variant:
     # launch(gemm, tunables, compile_only): run (or only compile) the variant; `tunables`
     # holds exactly `params`.
     launch: Callable[[Gemm, Mapping[str, int], bool], None] = field(repr=False)
-    # smem_bytes(tunables, itemsize): estimated shared memory one program needs.
-    smem_bytes: Callable[[Mapping[str, int], int], int] = field(repr=False)
+    # smem_bytes(tunables, operands): estimated shared memory one program needs; operands is
+    # a tuner.mma.TileOperands (a Gemm is one).
+    smem_bytes: Callable[[Mapping[str, int], TileOperands], int] = field(repr=False)
     # The file holding the Triton source; its hash identifies results measured with it.
     source_path: Path = field(repr=False)
     # unsupported(gemm, tunables): why this config of the variant cannot (or should not) run
@@ -177,9 +189,9 @@ class Kernel:
         """Compile exactly what `launch` would run (gemm may hold meta tensors)."""
         self.launch(gemm, config, compile_only=True)
 
-    def smem_bytes(self, config: Config, itemsize: int) -> int:
+    def smem_bytes(self, config: Config, operands: TileOperands) -> int:
         variant = self.variant[config["variant"]]
-        return variant.smem_bytes({p: config[p] for p in variant.params}, itemsize)
+        return variant.smem_bytes({p: config[p] for p in variant.params}, operands)
 
     def unsupported(self, config: Config, gemm: Gemm) -> str | None:
         """Why this config's variant cannot compute this call (after padding), or None."""
@@ -208,7 +220,7 @@ class Kernel:
         beyond the registers of its threads), a variant the operands do not suit, or a pad
         that changes nothing costs no compile time. `gemm` may hold meta tensors.
         """
-        need = self.smem_bytes(config, gemm.a.element_size())
+        need = self.smem_bytes(config, gemm)
         if need > smem_limit:
             return f"shared memory: needs ~{need} bytes, device limit {smem_limit}"
         if "BLOCK_N" in config:  # a tile variant: its fp32 BLOCK_M×BLOCK_N accumulator

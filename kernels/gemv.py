@@ -15,6 +15,7 @@ import triton.language as tl
 
 from tuner.kernels._launch import cdiv, epilogue_args, needs_int64
 from tuner.kernels.base import Gemm, Variant, start
+from tuner.mma import TileOperands
 
 
 @triton.jit
@@ -91,10 +92,12 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     return None if M == 1 or N == 1 else f"gemv needs M == 1 or N == 1, not {M}×{N}"
 
 
-def smem_bytes(tunables: Mapping[str, int], itemsize: int) -> int:
-    """Shared memory if Triton pipelines the loads: num_stages buffered A tiles and x slices."""
+def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
+    """Shared memory if Triton pipelines the loads: at most num_stages buffered A tiles and x
+    slices (not measured against Triton's figures, so the tile kernels' num_stages - 1 off
+    the CUDA cores is not assumed)."""
     tile_elements = tunables["BLOCK_M"] * tunables["BLOCK_K"] + tunables["BLOCK_K"]
-    return tunables["num_stages"] * tile_elements * itemsize
+    return tunables["num_stages"] * tile_elements * operands.itemsize
 
 
 GEMV = Variant(

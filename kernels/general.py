@@ -18,10 +18,10 @@ from tuner.kernels._launch import (
     epilogue_args,
     needs_int64,
     tile_count,
-    tile_smem_bytes,
 )
 from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant, start
+from tuner.mma import pipeline_smem_bytes
 
 
 @triton.jit
@@ -84,6 +84,6 @@ GENERAL = Variant(
     name="general",
     params=TILE_PARAMS,
     launch=launch,
-    smem_bytes=tile_smem_bytes,
+    smem_bytes=pipeline_smem_bytes,
     source_path=Path(__file__),
 )

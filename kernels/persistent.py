@@ -39,10 +39,11 @@ import triton
 import triton.language as tl
 
 from tuner.kernels import tma
-from tuner.kernels._launch import tile_count, tile_smem_bytes
+from tuner.kernels._launch import tile_count
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import Gemm, Variant, start
 from tuner.kernels.tma import store_tile, tile_product
+from tuner.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 
 INTERPRETER_PROGRAMS = 3
 FLAGS = ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")  # the 0/1 parameters
@@ -137,15 +138,21 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
           {**constexprs, **tunables, **flags}, compile_only)
 
 
-def smem_bytes(tunables: Mapping[str, int], itemsize: int) -> int:
+def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
     """The pipeline's buffers plus the staged output, which cannot reuse them here: the next
-    tile's loads are in flight while a tile is stored. Where Hopper warp-specializes the loop
-    it double-buffers the staged output (Blackwell does not). Triton 3.6 and 3.9 report, for
-    fp16, 3 stages on sm_90: 131096 bytes for 128×128×64 (98304 + 32768 + barriers), 114712
-    subtiled, and 106592 for a warp-specialized 64×128×64 (73728 + 2 × 16384 + barriers)."""
-    staged = tma.staging_smem_bytes(tunables, itemsize, _stored_block_n(tunables))
-    copies = 2 if tunables["WARP_SPECIALIZE"] else 1
-    return tile_smem_bytes(tunables, itemsize) + copies * staged
+    tile's loads are in flight while a tile is stored. Where Hopper warp-specializes a wgmma
+    loop it double-buffers the staged output (Blackwell does not; nor do mma.sync tiles).
+    Triton 3.6 and 3.9 report, for fp16, 3 stages on sm_90: 131096 bytes for 128×128×64
+    (98304 + 32768 + barriers), 114712 subtiled, and 106592 for a warp-specialized 64×128×64
+    (73728 + 2 × 16384 + barriers). Against 250 compiles on an H200 it refused 3 configs that
+    fit and accepted none that did not; it underestimates small FLATTEN + EPILOGUE_SUBTILE
+    tiles by up to half, far below the limit."""
+    staged = tma.staging_smem_bytes(tunables, operands.itemsize, _stored_block_n(tunables))
+    double_buffered = tunables["WARP_SPECIALIZE"] and uses_wgmma(
+        tunables["BLOCK_M"], tunables["num_warps"], operands.tensor_cores)
+    copies = 2 if double_buffered else 1
+    return (pipeline_smem_bytes(tunables, operands) + copies * staged
+            + tma.BARRIER_SMEM_BYTES)
 
 
 PERSISTENT = Variant(

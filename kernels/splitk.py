@@ -32,11 +32,11 @@ from tuner.kernels._launch import (
     epilogue_args,
     needs_int64,
     tile_count,
-    tile_smem_bytes,
 )
 from tuner.kernels._mainloop import accumulate_k_steps
 from tuner.kernels.base import Gemm, Variant, start
 from tuner.kernels.workspace import WORKSPACE
+from tuner.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 
 # tl.dot needs every block dimension >= 16, so no config has a BLOCK_K below this.
 MIN_BLOCK_K = 16
@@ -170,6 +170,22 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
           ), compile_only)
 
 
+# Shared memory for the fp32 partial tile's layout change before a wgmma tile stores it:
+# Triton's figures on an H200 reach the whole tile (BLOCK_M × BLOCK_N × 4 bytes) but never
+# more than 64 KiB (benchmarks/results/h200-issue5/constraint_accuracy*.jsonl).
+MAX_PARTIAL_SCRATCH_BYTES = 64 * 1024
+
+
+def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
+    """The main loop's pipeline, or the partial tile's scratch if larger: the store follows
+    the K loop, so the two share memory."""
+    pipeline = pipeline_smem_bytes(tunables, operands)
+    if not uses_wgmma(tunables["BLOCK_M"], tunables["num_warps"], operands.tensor_cores):
+        return pipeline
+    partial = tunables["BLOCK_M"] * tunables["BLOCK_N"] * 4
+    return max(pipeline, min(partial, MAX_PARTIAL_SCRATCH_BYTES))
+
+
 def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     """Why this config makes no sense for this call, or None.
 
@@ -191,7 +207,7 @@ SPLITK = Variant(
     name="splitk",
     params=("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ATOMIC", "num_stages", "num_warps"),
     launch=launch,
-    smem_bytes=tile_smem_bytes,
+    smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
     replayable=lambda tunables: not tunables["ATOMIC"],  # the atomic sums are zeroed first

@@ -38,10 +38,11 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tuner.kernels._epilogue import apply_epilogue
-from tuner.kernels._launch import dot_options, epilogue_args, tile_count, tile_smem_bytes
+from tuner.kernels._launch import dot_options, epilogue_args, tile_count
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant, start
 from tuner.kernels.padding import is_transposed
+from tuner.mma import TileOperands, pipeline_smem_bytes
 
 _ALIGN_BYTES = 16  # TMA: base addresses and the strides between rows, in bytes
 _MAX_STRIDE_BYTES = 2**40  # TMA: strides must stay below this
@@ -182,18 +183,26 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     start(_tma_kernel, grid, args, {**constexprs, **tunables}, compile_only)
 
 
+# The TMA loads' mbarriers and their alignment: Triton's figures exceed the buffers by 8 to
+# 576 bytes on an H200 (benchmarks/results/h200-issue5/constraint_accuracy.jsonl).
+BARRIER_SMEM_BYTES = 1024
+
+
 def staging_smem_bytes(tunables: Mapping[str, int], itemsize: int, out_block_n: int) -> int:
     """A BLOCK_M×out_block_n output block staged for a TMA store (outputs of fp8 inputs are
     bf16: 2 bytes, not 1)."""
     return tunables["BLOCK_M"] * out_block_n * max(itemsize, 2)
 
 
-def smem_bytes(tunables: Mapping[str, int], itemsize: int) -> int:
-    """The pipeline's buffers, or the staged output if larger: the store reuses the buffers
-    once the K loop is done. Triton 3.6 and 3.9 report 98328 bytes for 128×128×64, 3 stages,
-    fp16 on sm_90: the pipeline's 98304 plus barriers."""
-    return max(tile_smem_bytes(tunables, itemsize),
-               staging_smem_bytes(tunables, itemsize, tunables["BLOCK_N"]))
+def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
+    """The pipeline's buffers and the staged output, plus barriers. On tensor cores the store
+    reuses the buffers once the K loop is done (Triton 3.6 and 3.9 report 98328 bytes for
+    128×128×64, 3 stages, fp16 on sm_90: the pipeline's 98304 plus barriers); IEEE fp32
+    tiles keep both (180232 for 128×256×32, 2 stages: 49152 + 131072 + barriers)."""
+    pipeline = pipeline_smem_bytes(tunables, operands)
+    staged = staging_smem_bytes(tunables, operands.itemsize, tunables["BLOCK_N"])
+    buffers = max(pipeline, staged) if operands.tensor_cores else pipeline + staged
+    return buffers + BARRIER_SMEM_BYTES
 
 
 TMA = Variant(

@@ -9,8 +9,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from tuner.kernels._launch import tile_smem_bytes
 from tuner.kernels.base import Kernel, Variant, start
+from tuner.mma import pipeline_smem_bytes
 
 
 @triton.jit
@@ -43,5 +43,5 @@ def _launch(gemm, tunables, compile_only):
 
 
 _OOB = Variant("oob", ("BLOCK_M", "BLOCK_N", "BLOCK_K", "OOB", "num_stages", "num_warps"),
-               launch=_launch, smem_bytes=tile_smem_bytes, source_path=Path(__file__))
+               launch=_launch, smem_bytes=pipeline_smem_bytes, source_path=Path(__file__))
 KERNEL = Kernel("mm", (_OOB,))

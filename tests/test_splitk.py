@@ -173,7 +173,9 @@ def test_params_and_smem_estimate():
     assert SPLITK.params == ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ATOMIC",
                              "num_stages", "num_warps")
     tunables = dict(zip(SPLITK.params, (64, 128, 64, 8, 1, 3, 4)))
-    assert SPLITK.smem_bytes(tunables, 2) == 3 * (64 * 64 + 64 * 128) * 2
+    fp16 = meta_gemm(Shape(512, 512, 512, "fp16", "nn"))
+    assert SPLITK.smem_bytes(tunables, fp16) == 3 * (64 * 64 + 64 * 128) * 2  # wgmma: 3 stages
+    assert SPLITK.smem_bytes({**tunables, "num_warps": 2}, fp16) == 2 * (64 * 64 + 64 * 128) * 2
 
 
 GPU_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 16, "ATOMIC": 0,

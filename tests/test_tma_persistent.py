@@ -172,17 +172,26 @@ def test_num_sms_off_cuda_is_small():
 
 
 def test_smem_estimates_match_what_triton_reported():
-    """Triton 3.6 and 3.9 on sm_90, fp16, 3 stages (the formulas leave out barriers)."""
+    """Triton 3.6 and 3.9 on sm_90, 3 stages: the buffers, plus an allowance for barriers."""
+    fp16, fp8, fp32 = (meta_gemm(Shape(256, 256, 256, dtype, "nt"))
+                       for dtype in ("fp16", "fp8e4m3", "fp32"))
+    barriers = tma.BARRIER_SMEM_BYTES
     big = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
            "num_warps": 8}
     flags = dict.fromkeys(FLAGS, 0)
-    assert TMA.smem_bytes(big, 2) == 98304  # reported 98328: the store reuses the pipeline
-    assert PERSISTENT.smem_bytes({**big, **flags}, 2) == 131072  # 131096
-    assert PERSISTENT.smem_bytes({**big, **flags, "EPILOGUE_SUBTILE": 1}, 2) == 114688  # 114712
+    # reported 98328: the store reuses the pipeline
+    assert TMA.smem_bytes(big, fp16) == 98304 + barriers
+    assert PERSISTENT.smem_bytes({**big, **flags}, fp16) == 131072 + barriers  # 131096
+    subtiled = {**big, **flags, "EPILOGUE_SUBTILE": 1}
+    assert PERSISTENT.smem_bytes(subtiled, fp16) == 114688 + barriers  # 114712
     warp_specialized = {**big, **flags, "BLOCK_M": 64, "num_warps": 4, "WARP_SPECIALIZE": 1}
-    assert PERSISTENT.smem_bytes(warp_specialized, 2) == 106496  # 106592
+    assert PERSISTENT.smem_bytes(warp_specialized, fp16) == 106496 + barriers  # 106592
     # fp8 inputs: 1-byte tiles, a 2-byte (bf16) output.
-    assert PERSISTENT.smem_bytes({**big, **flags}, 1) == 3 * 16384 + 128 * 128 * 2
+    assert PERSISTENT.smem_bytes({**big, **flags}, fp8) == 3 * 16384 + 128 * 128 * 2 + barriers
+    # IEEE fp32 on the CUDA cores: 2 of 3 stages buffered, and the staged output on top
+    # (reported 180232 for 128x256x32 with 2 stages: 49152 + 131072 + 8).
+    assert TMA.smem_bytes({**big, "BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 2}, fp32) == \
+        180224 + barriers
 
 
 # -- on the GPU machine ---------------------------------------------------------------------

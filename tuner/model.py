@@ -43,6 +43,7 @@ from typing import NamedTuple
 from tuner.backends import DeviceInfo
 from tuner.dtypes import DTYPES
 from tuner.kernels.base import MAX_REGS_PER_THREAD
+from tuner.mma import TileOperands, uses_wgmma
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 
@@ -306,11 +307,6 @@ def _sm_flops(ops: _Operands, spec: DeviceSpec) -> float:
     return tflops * 1e12 * TENSOR_EFFICIENCY / spec.sm_count
 
 
-def _uses_wgmma(tile: _Tile, ops: _Operands) -> bool:
-    """Hopper's wgmma takes a warp group (4 warps) per 64 rows of the tile."""
-    return ops.tensor_cores and tile.warps % 4 == 0 and tile.BM % 64 == 0
-
-
 def _mma_efficiency(tile: _Tile, ops: _Operands) -> float:
     """Share of the SM's sustained peak a tile's multiplies reach: all of it with wgmma;
     MMA_SYNC_FRACTION with mma.sync, less when the tile has fewer 16×8 instruction tiles
@@ -318,7 +314,7 @@ def _mma_efficiency(tile: _Tile, ops: _Operands) -> float:
     if not ops.tensor_cores:
         outputs = tile.BM * tile.BN / (32 * tile.warps)
         return min(1.0, outputs / FMA_OUTPUTS_PER_THREAD)
-    if _uses_wgmma(tile, ops):
+    if uses_wgmma(tile.BM, tile.warps, ops.tensor_cores):
         return 1.0
     busy_warps = min(tile.warps, (tile.BM // 16) * max(tile.BN // 8, 1))
     return MMA_SYNC_FRACTION * max(busy_warps, 1) / tile.warps
@@ -387,7 +383,7 @@ def _tile_step(ops: _Operands, tile: _Tile, tma: bool, warp_specialized: bool,
     BM, BN, BK = tile.BM, tile.BN, tile.BK
     clock, item = spec.clock_hz, ops.itemsize
     spill = _spill_factor(_program_regs(tile, ops))
-    wgmma = _uses_wgmma(tile, ops)
+    wgmma = uses_wgmma(tile.BM, tile.warps, ops.tensor_cores)
     mma = 2 * BM * BN * BK / (_sm_flops(ops, spec) * _mma_efficiency(tile, ops)) * spill
     smem = _smem_traffic(tile, item, wgmma) / (SMEM_BYTES_PER_CLOCK * clock)
     # TMA: one thread issues a bulk copy per operand. Pointers: every element is addressed.
@@ -443,10 +439,10 @@ def _variants() -> dict:
     return {v.name: v for kernel in KERNELS.values() for v in kernel.variants}
 
 
-def _smem_bytes(config: Mapping, itemsize: int) -> int:
+def _smem_bytes(config: Mapping, operands: TileOperands) -> int:
     """Shared memory one program of the config uses: the variant's own estimate."""
     variant = _variants()[config["variant"]]
-    return variant.smem_bytes({p: config[p] for p in variant.params}, itemsize)
+    return variant.smem_bytes({p: config[p] for p in variant.params}, operands)
 
 
 def _resident_programs(smem_bytes: int, regs_per_thread: int, warps: int,
@@ -460,7 +456,7 @@ def _resident_programs(smem_bytes: int, regs_per_thread: int, warps: int,
 
 
 def _tile_occupancy(ops: _Operands, config: Mapping, tile: _Tile, spec: DeviceSpec) -> int:
-    return _resident_programs(_smem_bytes(config, ops.itemsize),
+    return _resident_programs(_smem_bytes(config, ops),
                               _program_regs(tile, ops), tile.warps, spec)
 
 
@@ -659,7 +655,7 @@ def _gemv(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
     step = _gemv_step(ops, block_m, block_k, config["num_stages"], warps, unit_along_k,
                       stride, spec)
     regs = block_m * block_k // (32 * warps) + BASE_REGS
-    occupancy = _resident_programs(_smem_bytes(config, ops.itemsize), regs, warps, spec)
+    occupancy = _resident_programs(_smem_bytes(config, ops), regs, warps, spec)
     dram_bytes = (rows + 1) * ops.K * ops.itemsize + rows * ops.out_itemsize  # A, x, y
     compute = _rounds_seconds(_cdiv(rows, block_m), _cdiv(ops.K, block_k), step, occupancy,
                               0.0, spec)
@@ -724,9 +720,9 @@ def _scored(shape: Shape, space: SearchSpace, spec: DeviceSpec,
     """(ms, shared memory, warps, index, config) for every modelled config of the space,
     fastest first. Ties go to the config using fewer resources, as in the tuner's final
     re-timing, then to the space's order."""
-    itemsize = DTYPES[shape.dtype].torch.itemsize
+    operands = _operands(shape, 0, allow_tf32)  # padding changes neither dtype nor itemsize
     seconds = _shape_timer(shape, spec, allow_tf32)
-    scored = [(seconds(config) * 1e3, _smem_bytes(config, itemsize), config["num_warps"],
+    scored = [(seconds(config) * 1e3, _smem_bytes(config, operands), config["num_warps"],
                index, config)
               for index, config in enumerate(space.configs())
               if config["variant"] in _VARIANT_SECONDS]

@@ -23,7 +23,6 @@ from optuna.trial import TrialState
 
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
 from tuner.db.store import Store, params_key
-from tuner.dtypes import DTYPES
 from tuner.execution import TrialResult, meta_gemm
 from tuner.executor import Executor
 from tuner.kernels.base import Kernel, specialization
@@ -91,7 +90,6 @@ class StudyRunner:
         self.run_row, self.device, self.kernel_row, self.record = run, device, kernel_row, record
         self.kernel, self.shape, self.budget = kernel, shape, budget
         self.smem_limit, self.on_trial, self.keep_going = smem_limit, on_trial, keep_going
-        self.itemsize = DTYPES[shape.dtype].torch.itemsize
         self.specialization = specialization(shape.key())
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
         # The study's own view of the space: a pad that leaves this shape as it is would only
@@ -251,5 +249,5 @@ class StudyRunner:
         fastest = ranked[0][1]
         tied = [(t, timing) for t, timing in ranked if is_tie(fastest, timing)]
         best, final = min(tied, key=lambda pair: (
-            self.kernel.smem_bytes(pair[0].params, self.itemsize), pair[0].compile_s or 0.0))
+            self.kernel.smem_bytes(pair[0].params, self.meta_gemm), pair[0].compile_s or 0.0))
         return StudyOutcome(best, final, tuple(t.id for t, _ in tied if t.id != best.id))
