@@ -198,3 +198,52 @@ class Claim(Base):
     claim_key: Mapped[str] = mapped_column(String(512), primary_key=True)
     owner: Mapped[str] = mapped_column(String(255))
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CrossTiming(Base):
+    """A config timed on a shape it was not necessarily tuned for (`tune buckets`): the shapes
+    of a bucket share one config, so each member's time with every candidate config is needed.
+    All configs of one shape are timed together, interleaved (tuner.cross_timing), so their
+    ratios are free of drift; a later search with the same shapes reuses them."""
+    __tablename__ = "tuner_cross_timings"
+    __table_args__ = (UniqueConstraint("device_id", "kernel_id", "shape_M", "shape_N", "shape_K",
+                                       "dtype", "shape_layout", "params_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("tuner_devices.id"))
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("tuner_kernels.id"))
+    shape_M: Mapped[int]
+    shape_N: Mapped[int]
+    shape_K: Mapped[int]
+    dtype: Mapped[str] = mapped_column(String(8))
+    shape_layout: Mapped[str] = mapped_column(String(2))
+    params_key: Mapped[str] = mapped_column(String(512))  # canonical JSON of params
+    params: Mapped[dict]
+    # ok | infeasible | compile_error | timeout | runtime_error | crashed | wrong
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    p50_ms: Mapped[float | None]
+    timing_method: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Bucketing(Base):
+    """A `tune buckets` decision for one kernel on one device: the strategy chosen, the config
+    each bucket shares (with its members' regrets), and the Pareto table it was chosen from.
+    `tune export` ships the latest one for the kernel's current source."""
+    __tablename__ = "tuner_bucketings"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("tuner_devices.id"))
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("tuner_kernels.id"))
+    strategy: Mapped[dict]
+    max_regret: Mapped[float]  # the budget it was chosen under
+    # [{"key": bucket key, "config": ..., "members": [{"shape", "weight", "regret"}]}]
+    buckets: Mapped[list]
+    # [{"strategy": ..., "rows", "geomean_regret", "max_regret", "chosen"}]
+    pareto: Mapped[list]
+    shapes_source: Mapped[str] = mapped_column(Text)  # the shapes CSV it was run on
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    device: Mapped[Device] = relationship()
+    kernel: Mapped[KernelVersion] = relationship()

@@ -16,7 +16,9 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from tuner.backends import DeviceInfo
 from tuner.db.models import (
+    Bucketing,
     Claim,
+    CrossTiming,
     Device,
     Failure,
     KernelVersion,
@@ -249,3 +251,62 @@ class Store:
                           selectinload(Study.space)).order_by(Study.id))
         with self.sessions() as s:
             return list(s.scalars(query))
+
+    def shape_study(self, device: Device, kernel: KernelVersion, shape: Shape) -> Study | None:
+        """The latest finished study that timed exactly this shape, with its trials."""
+        query = (select(Study).filter_by(device_id=device.id, kernel_id=kernel.id,
+                                         status="done", shape_M=shape.M, shape_N=shape.N,
+                                         shape_K=shape.K, dtype=shape.dtype,
+                                         shape_layout=shape.layout)
+                 .options(selectinload(Study.trials)).order_by(Study.id.desc()))
+        with self.sessions() as s:
+            return s.scalars(query).first()
+
+    # -- cross-measurement and bucketing (`tune buckets`) -------------------------------------
+    def cross_timings(self, device: Device, kernel: KernelVersion,
+                      shape: Shape) -> dict[str, CrossTiming]:
+        """This shape's cross timings by params_key."""
+        query = select(CrossTiming).filter_by(
+            device_id=device.id, kernel_id=kernel.id, shape_M=shape.M, shape_N=shape.N,
+            shape_K=shape.K, dtype=shape.dtype, shape_layout=shape.layout)
+        with self.sessions() as s:
+            return {row.params_key: row for row in s.scalars(query)}
+
+    def save_cross_timing(self, device: Device, kernel: KernelVersion, shape: Shape,
+                          params: dict, status: str, reason: str | None,
+                          p50_ms: float | None, timing_method: str | None) -> None:
+        """Insert or replace one config's timing on one shape (committed at once)."""
+        unique = dict(device_id=device.id, kernel_id=kernel.id, shape_M=shape.M,
+                      shape_N=shape.N, shape_K=shape.K, dtype=shape.dtype,
+                      shape_layout=shape.layout, params_key=params_key(params))
+        with self.sessions() as s:
+            row = s.scalars(select(CrossTiming).filter_by(**unique)).first()
+            if row is None:
+                row = CrossTiming(**unique, params=params)
+                s.add(row)
+            row.status, row.reason, row.p50_ms, row.timing_method = (
+                status, reason, p50_ms, timing_method)
+            row.created_at = utcnow()
+            s.commit()
+
+    def save_bucketing(self, device: Device, kernel: KernelVersion, strategy: dict,
+                       max_regret: float, buckets: list, pareto: list,
+                       shapes_source: str) -> Bucketing:
+        with self.sessions() as s:
+            row = Bucketing(device_id=device.id, kernel_id=kernel.id, strategy=strategy,
+                            max_regret=max_regret, buckets=buckets, pareto=pareto,
+                            shapes_source=shapes_source)
+            s.add(row)
+            s.commit()
+            return row
+
+    def latest_bucketing(self, device: Device, kernel_name: str,
+                         source_hash: str) -> Bucketing | None:
+        """The newest `tune buckets` decision for this kernel source on this device."""
+        query = (select(Bucketing).join(Bucketing.kernel)
+                 .where(Bucketing.device_id == device.id, KernelVersion.name == kernel_name,
+                        KernelVersion.source_hash == source_hash)
+                 .options(selectinload(Bucketing.kernel), selectinload(Bucketing.device))
+                 .order_by(Bucketing.id.desc()))
+        with self.sessions() as s:
+            return s.scalars(query).first()

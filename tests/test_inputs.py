@@ -92,7 +92,7 @@ def test_space_loads_and_hash_ignores_formatting(tmp_path):
     ("variant: [general]", "variant: [gemv]", "params.variant", "list of general, splitk"),
     ("variant: [general]", "variant: []", "params.variant", "non-empty list"),
     ("  pad: [0, 64]\n", "", "params.pad", "non-empty list"),
-    ("N: log", "N: align7", "strategy.N", "one of default, align32, log"),
+    ("N: log", "N: align7", "strategy.N", "one of default, align8, align16, align32"),
     ("dtype: default", "dtype: log", "strategy.dtype", "one of default"),
     ("stride_bk: align32, ", "", "strategy.stride_bk", "one of"),
 ])

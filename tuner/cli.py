@@ -28,18 +28,35 @@ device_option = click.option(
          "when the database holds several.")
 
 
+backend_option = click.option(
+    "--backend", "backend_name", type=click.Choice(["gpu", "interpret"]), default="gpu",
+    show_default=True,
+    help="interpret: run on the CPU through Triton's interpreter (correctness is real, "
+         "timings are not GPU timings and are stored apart).")
+jobs_option = click.option(
+    "--jobs", default=os.cpu_count() or 1, show_default="CPU cores", type=click.IntRange(min=1),
+    help="Processes compiling configs in parallel.")
+compile_timeout_option = click.option(
+    "--compile-timeout", "compile_timeout_s", default=120.0, show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds one config may compile; past it the trial is a 'timeout'.")
+
+
 def one_line_errors(command):
     """Turn the tool's own input and environment errors into click's one-line 'Error: ...'."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         from tuner.backends import NoGpuError
         from tuner.db.session import DatabaseError
+        from tuner.bucket_search import BucketSearchError
+        from tuner.bucketing import BucketingError
+        from tuner.bucketing_job import SharingError
         from tuner.export import ExportError
         from tuner.replay import ReplayError
         try:
             return command(*args, **kwargs)
         except (ShapesError, SpaceError, NoGpuError, DatabaseError, ExportError,
-                ReplayError) as e:
+                ReplayError, BucketingError, BucketSearchError, SharingError) as e:
             raise click.ClickException(str(e)) from None
     return wrapper
 
@@ -80,15 +97,11 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @click.option("--seed", default=0, show_default=True, help="Seed of the sampler and inputs.")
 @db_option
 @click.option("--retune", is_flag=True, help="Tune keys again even if already tuned.")
-@click.option("--backend", "backend_name", type=click.Choice(["gpu", "interpret"]),
-              default="gpu", show_default=True,
-              help="interpret: run on the CPU through Triton's interpreter (correctness is "
-                   "real, timings are not GPU timings and are stored apart).")
+@backend_option
 @click.option("--devices", "devices_text", default=None, metavar="0,1,...",
               help="GPUs to tune on, one worker each, shapes spread over them [default: all "
                    "visible].")
-@click.option("--jobs", default=os.cpu_count() or 1, show_default="CPU cores",
-              type=click.IntRange(min=1), help="Processes compiling configs in parallel.")
+@jobs_option
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="Configs in flight per study: asked of the sampler, compiling or waiting "
                    "to be measured [default: --jobs, at most 16].")
@@ -99,24 +112,13 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @click.option("--exhaustive", is_flag=True,
               help="Measure every feasible config of each study's space (--trials is then "
                    "ignored): a recording for `tune replay`.")
-@click.option("--compile-timeout", "compile_timeout_s", default=120.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True),
-              help="Seconds one config may compile; past it the trial is a 'timeout'.")
+@compile_timeout_option
 @one_line_errors
 def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, retune, backend_name,
         devices_text, jobs, batch, sampler, exhaustive, compile_timeout_s):
     """Tune every shape listed in --shapes and store every trial in the database."""
     shapes = load_shapes(shapes_path)
-    devices = _device_list(devices_text)
-    if backend_name == "gpu":
-        from tuner.backends import require_gpu, visible_gpus
-        require_gpu()
-        devices = devices or tuple(visible_gpus())
-    else:
-        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-            raise click.ClickException("--backend interpret: triton was imported before "
-                                       "TRITON_INTERPRET could be set")
-        os.environ["TRITON_INTERPRET"] = "1"
+    devices = _backend_devices(backend_name, devices_text)
 
     from tuner.db.session import optuna_storage, resolve_url, session_factory
     from tuner.db.store import Store
@@ -135,7 +137,7 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
     # A SIGTERM (a job scheduler, `timeout`) ends the run like Ctrl-C: marked interrupted, with
     # every finished trial already committed; the same command resumes it.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    executor = Executor(ExecutorOptions(backend_name, devices or (), jobs, compile_timeout_s))
+    executor = Executor(ExecutorOptions(backend_name, devices, jobs, compile_timeout_s))
     try:
         sizes = ", ".join(f"{n} {spaces[n].size}" for n in sorted({p.kernel for p in plans}))
         where = f"GPUs {','.join(map(str, devices))}" if devices else "the CPU interpreter"
@@ -152,6 +154,21 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
                f"busy elsewhere {len(summary.busy)}, failed {len(summary.failed)}", err=True)
     if summary.failed:
         raise click.ClickException("no correct config found for: " + "; ".join(summary.failed))
+
+
+def _backend_devices(backend_name: str, devices_text: str | None) -> tuple[int, ...]:
+    """The GPUs to work on (none for the interpreter), after checking the backend can run:
+    a GPU must be visible, and the interpreter must be chosen before triton is imported."""
+    devices = _device_list(devices_text)
+    if backend_name == "gpu":
+        from tuner.backends import require_gpu, visible_gpus
+        require_gpu()
+        return devices or tuple(visible_gpus())
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise click.ClickException("--backend interpret: triton was imported before "
+                                   "TRITON_INTERPRET could be set")
+    os.environ["TRITON_INTERPRET"] = "1"
+    return ()
 
 
 def _load_spaces(space_paths):
@@ -292,10 +309,16 @@ def _winners(db_url, device_selector):
               help="File to write (replaced atomically).")
 @db_option
 @device_option
+@click.option("--exact", is_flag=True,
+              help="One row per tuned key even where `tune buckets` chose shared configs.")
 @one_line_errors
-def export(fmt, output, db_url, device_selector):
-    """Write the winners of one device as YAML for deployments."""
+def export(fmt, output, db_url, device_selector, exact):
+    """Write the winners of one device as YAML for deployments: per kernel, the buckets of
+    its latest `tune buckets` decision if there is one, else every tuned key."""
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
     from tuner.export import (
+        bucket_picks,
         device_block,
         expand_document,
         table_document,
@@ -304,14 +327,24 @@ def export(fmt, output, db_url, device_selector):
     )
 
     device, winners = _winners(db_url, device_selector)
-    picks = winner_picks(winners)
+    store = Store(session_factory(db_url))
+    picks = []
+    for kernel in {w.kernel.name: w.kernel for w in winners}.values():
+        bucketing = None if exact else store.latest_bucketing(device, kernel.name,
+                                                               kernel.source_hash)
+        if bucketing is not None:
+            picks += bucket_picks(bucketing)
+            click.echo(f"{kernel.name}: {len(bucketing.buckets)} buckets chosen by `tune "
+                       f"buckets` at {bucketing.created_at:%Y-%m-%d %H:%M}", err=True)
+        else:
+            picks += winner_picks([w for w in winners if w.kernel.name == kernel.name])
     if fmt == "expand":
         doc = expand_document(picks)
     else:
         doc = table_document(device_block(device), picks,
                              {w.kernel.name: w.kernel.source_hash for w in winners})
     write_atomic(output, doc)
-    click.echo(f"wrote {len(winners)} winners of {device.name} to {output} ({fmt})", err=True)
+    click.echo(f"wrote {len(picks)} configs of {device.name} to {output} ({fmt})", err=True)
 
 
 @main.command()
@@ -365,3 +398,164 @@ def _show_failures(db_url, device_selector):
         table.add_row(f"{f.kernel.name} {f.kernel.source_hash[:8]}", f.specialization,
                       config_label(f.params), f.status, f.reason or "")
     Console().print(table)
+
+
+@main.command()
+@click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV with header M,N,K,dtype[,layout][,weight]; every shape tuned already.")
+@click.option("--max-regret", default=0.02, show_default=True, type=click.FloatRange(min=0),
+              help="The most any listed shape may lose by sharing a config (0.02: 2% slower "
+                   "than its own winner).")
+@click.option("--strategy", "candidates", multiple=True, metavar="NAME",
+              help="A candidate strategy for each searched field (repeatable, finest first; "
+                   "start with default) [default: tuner.bucket_search.DEFAULT_CANDIDATES].")
+@db_option
+@device_option
+@click.option("--seed", default=0, show_default=True, help="Seed of the inputs.")
+@backend_option
+@jobs_option
+@compile_timeout_option
+@one_line_errors
+def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, backend_name,
+            jobs, compile_timeout_s):
+    """Choose which listed shapes share a config: each shape is timed with the winners of the
+    shapes it could share a bucket with, then the bucketing with the fewest buckets whose
+    worst regret is within --max-regret is stored for `tune export`, with its Pareto table."""
+    devices = _backend_devices(backend_name, None)  # before anything imports triton
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from tuner.bucket_search import DEFAULT_CANDIDATES, SEARCHED_FIELDS, needed_configs, search
+    from tuner.bucketing import strategy_function
+    from tuner.bucketing_job import (
+        SharingError,
+        bucketing_record,
+        distinct_shapes,
+        exact_members,
+        gather_times,
+        pareto_markdown,
+    )
+    from tuner.cross_timing import time_side_by_side
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store, params_key
+    from tuner.executor import Executor, ExecutorOptions
+    from tuner.kernels import KERNELS, kernel_for
+
+    for name in candidates:
+        strategy_function(name)  # a bad name is one line now, before any work
+    per_field = {f: tuple(candidates or DEFAULT_CANDIDATES) for f in SEARCHED_FIELDS}
+    shapes = distinct_shapes(load_shapes(shapes_path))
+    store = Store(session_factory(db_url))
+    device, winners = _winners(db_url, device_selector)
+    members = exact_members(winners, shapes)
+    by_kernel: dict[str, list] = {}
+    for m in members:
+        by_kernel.setdefault(kernel_for(m.shape.M, m.shape.N).name, []).append(m)
+    kernel_rows = {w.kernel.name: w.kernel for w in winners}
+    needed = {k: needed_configs(ms, per_field) for k, ms in by_kernel.items()}
+    to_time = sum(any(params_key(c) not in store.cross_timings(device, kernel_rows[k], shape)
+                      for c in configs)
+                  for k, shapes_needed in needed.items() for shape, configs in shapes_needed.items())
+    pairs = sum(len(c) for n in needed.values() for c in n.values())
+    click.echo(f"{len(members)} shapes, {pairs} (shape, config) timings needed; {to_time} shapes "
+               "to time", err=True)
+    executor = None
+    if to_time:
+        executor = Executor(ExecutorOptions(backend_name, devices, jobs, compile_timeout_s))
+    try:
+        if executor is not None and executor.device_info().fingerprint != device.fingerprint:
+            raise SharingError(f"the winners were measured on {device.name} "
+                               f"[{device.fingerprint}], not on this machine's device")
+        results = {}
+        with Progress(console=Console(stderr=True)) as progress:
+            task = progress.add_task("timing shapes", total=len(members))
+            for kernel_name, kernel_needed in needed.items():
+                kernel = KERNELS[kernel_name]
+                times = gather_times(
+                    store, device, kernel_rows[kernel_name], kernel_needed, seed,
+                    timer=lambda shape, configs: time_side_by_side(executor, kernel, shape,
+                                                                   seed, configs),
+                    on_shape=lambda shape, measured: progress.advance(task))
+                results[kernel_name] = search(by_kernel[kernel_name], times, per_field,
+                                              max_regret, seed)
+    finally:
+        if executor is not None:
+            executor.close()
+    for kernel_name, result in results.items():
+        buckets_json, pareto_json = bucketing_record(result)
+        store.save_bucketing(device, kernel_rows[kernel_name], result.chosen.strategy,
+                             max_regret, buckets_json, pareto_json, shapes_path)
+        click.echo(pareto_markdown(kernel_name, result, max_regret) + "\n")
+    click.echo(f"stored; `tune export` now writes one row per bucket", err=True)
+
+
+@main.command()
+@click.option("--config", "table_path", required=True, type=click.Path(dir_okay=False,
+                                                                      exists=True),
+              help="The exported table (`tune export --format table`) to validate.")
+@click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
+              help="Hold-out CSV: shapes the table was not tuned on.")
+@click.option("--trials", default=24, show_default=True, type=click.IntRange(min=1),
+              help="Trials of each hold-out shape's fresh tune (the reference).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Also write the report here (replaced atomically).")
+@db_option
+@click.option("--seed", default=0, show_default=True, help="Seed of the sampler and inputs.")
+@backend_option
+@jobs_option
+@compile_timeout_option
+@one_line_errors
+def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name, jobs,
+             compile_timeout_s):
+    """Time each hold-out shape with the config the runtime would pick from --config against
+    a fresh short tune of that shape; report the regret per shape, its geomean and maximum."""
+    from pathlib import Path
+
+    devices = _backend_devices(backend_name, None)  # before anything imports triton
+    shapes = load_shapes(shapes_path)
+
+    from tuner.bucketing_job import distinct_shapes
+    from tuner.cross_timing import time_side_by_side
+    from tuner.db.session import optuna_storage, resolve_url, session_factory
+    from tuner.db.store import Store
+    from tuner.executor import Executor, ExecutorOptions
+    from tuner.kernels import KERNELS, kernel_for
+    from tuner.pipeline import TuneJob
+    from tuner.planning import plan_studies
+    from tuner.progress import RichReporter
+    from tuner.search import StudyBudget
+    from tuner.validate import Validation, report, runtime_pick
+
+    shapes = distinct_shapes(shapes)
+    picks = {shape: runtime_pick(Path(table_path), shape) for shape in shapes}  # bad table: now
+    spaces = _load_spaces(())
+    plans = plan_studies(shapes, spaces, kernel_for)
+    url = resolve_url(db_url)
+    store = Store(session_factory(url))
+    executor = Executor(ExecutorOptions(backend_name, devices, jobs, compile_timeout_s))
+    try:
+        with RichReporter(len(plans)) as reporter:
+            budget = StudyBudget(trials, None, seed, min(jobs, MAX_DEFAULT_BATCH))
+            TuneJob(store, optuna_storage(url), executor, spaces, budget, False,
+                    reporter).run(plans, sys.argv)
+        info = executor.device_info()
+        winners = {(w.kernel.name, tuple(w.key.values())): dict(w.trial.params)
+                   for w in store.winners() if w.device.fingerprint == info.fingerprint
+                   and w.kernel.source_hash == KERNELS[w.kernel.name].source_hash}
+        rows = []
+        for plan in plans:
+            tuned = winners.get((plan.kernel, tuple(plan.key.values())))
+            for shape in plan.members:
+                if tuned is None:
+                    raise click.ClickException(f"the fresh tune of {shape} found no config")
+                runtime, fresh = time_side_by_side(executor, KERNELS[plan.kernel], shape, seed,
+                                                   [picks[shape].config, tuned])
+                rows.append(Validation(shape, picks[shape], tuned, runtime, fresh))
+    finally:
+        executor.close()
+    text = report(Path(table_path), rows, info.name, trials)
+    click.echo(text)
+    if output:
+        from tuner.export import write_text_atomic
+        write_text_atomic(output, text + "\n")

@@ -60,16 +60,27 @@ def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
     M, N, K = gemm.mnk
     kernel = kernel_for(M, N)
     dtype = NAME_OF_TORCH_DTYPE[gemm.a.dtype]
-    config = get_tuned_config(kernel.name, M=M, N=N, K=K, dtype=dtype,
-                              stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
-    if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
-        config = {**config, "pad": 0}  # an aligned bucket-mate of a padded shape: no copies
-    if reason := kernel.unsupported(config, gemm):
-        warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(config)} cannot run "
+    tuned = get_tuned_config(kernel.name, M=M, N=N, K=K, dtype=dtype,
+                             stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
+    config, reason = runnable_config(kernel, tuned, gemm)
+    if reason:
+        warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(tuned)} cannot run "
                       f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
                       f"({reason}); using the default", RuntimeWarning, stacklevel=4)
         config = DEFAULT_CONFIGS[kernel.name]
     return kernel, config
+
+
+def runnable_config(kernel: Kernel, config: Mapping, gemm: Gemm) -> tuple[Mapping, str | None]:
+    """The config as this call runs it, and None; or why the kernel cannot run it here.
+
+    A padded config on operands already aligned to its pad runs unpadded (an aligned
+    bucket-mate of a padded shape needs no copies). `tune buckets` and `tune validate` time
+    configs through this too, so they measure what deployments launch.
+    """
+    if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
+        config = {**config, "pad": 0}
+    return config, kernel.unsupported(config, gemm)
 
 
 def _call(gemm: Gemm) -> _Call:

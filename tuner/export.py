@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from tuner.bucketing import KEY_FIELDS
-from tuner.db.models import Device, Winner
+from tuner.db.models import Bucketing, Device, Winner
 from tuner.runtime import TABLE_FORMAT
 from tuner.space import KERNEL_PARAMS
 
@@ -83,6 +83,17 @@ def winner_picks(winners: list[Winner]) -> list[Pick]:
             "tuned_at": t.created_at.isoformat(timespec="seconds"),
         }))
     return picks
+
+
+def bucket_picks(bucketing: Bucketing) -> list[Pick]:
+    """The buckets `tune buckets` chose, one pick each, with their members' regrets."""
+    return [Pick(bucketing.kernel.name, dict(zip(KEY_FIELDS, b["key"])), b["config"],
+                 dict(bucketing.strategy), {
+                     "members": b["members"],
+                     "max_regret": max(m["regret"] for m in b["members"]),
+                     "regret_budget": bucketing.max_regret,
+                     "chosen_at": bucketing.created_at.isoformat(timespec="seconds"),
+                 }) for b in bucketing.buckets]
 
 
 def _grouped(picks: list[Pick], op_of) -> dict[str, list[Pick]]:
@@ -154,12 +165,19 @@ def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str
 
 def write_atomic(path: str | Path, doc: dict) -> None:
     """Write YAML to a temporary file beside `path`, then rename it over `path`."""
+    write_text_atomic(path, yaml.safe_dump(doc, sort_keys=False, default_flow_style=None,
+                                           width=100))
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write text to a temporary file beside `path`, then rename it over `path`: a reader
+    sees the old file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(doc, f, sort_keys=False, default_flow_style=None, width=100)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shipped

@@ -1,43 +1,238 @@
 """The deployment-side lookup: which config to launch for a GEMM, from an exported table.
 
 `get_tuned_config` loads the table YAML once per path; after that a call is one dict lookup
-on the raw key (first sight of a key buckets it and memoises the answer). It imports neither
-optuna nor sqlalchemy, so deployments need neither.
+on the raw key (first sight of a key answers it and memoises the answer). A key is answered,
+in this order, by:
+
+- `table`: the entry of its bucket (bucket_key under the op's strategy, as the tuner grouped
+  shapes and the export keyed them);
+- `nearest`: among the NEAREST_BUCKETS tuned buckets of the same op and dtype closest in log2
+  of M, N and K, the config the analytical model predicts fastest for the key (the closest
+  bucket's, without the model): a config tuned for a neighbouring size is a far better guess
+  than a generic one, and the model tells a split-K neighbour from a large-tile one;
+- `model`: for a dtype the op has no entry of, the analytical model's pick among the values
+  the op's tuned configs use (tuner.model; imported on first need, so only then torch);
+- `default`: DEFAULT_CONFIGS[op], with one RuntimeWarning per key.
+
+The answer is a read-only mapping that also says which of these answered (`TunedConfig`);
+with TUNE_LOG=1 each raw key's answer is logged once, to the "tuner.runtime" logger. The
+module imports neither optuna nor sqlalchemy, so deployments need neither.
 """
 from __future__ import annotations
 
+import logging
+import math
 import os
+import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 import yaml
 
-from tuner.bucketing import KEY_FIELDS, bucket_key
+from tuner.bucketing import KEY_FIELDS, BucketingError, bucket_key
 
 ENV_VAR = "TUNE_CONFIG"
+LOG_ENV_VAR = "TUNE_LOG"
 TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
+
+_LOG = logging.getLogger("tuner.runtime")
+_DTYPE_FIELD = KEY_FIELDS.index("dtype")
+_SIZE_FIELDS = tuple(KEY_FIELDS.index(f) for f in ("M", "N", "K"))
+# How many of the closest tuned buckets `nearest` lets the model choose among. On an H200
+# hold-out (benchmarks/results/h200-issue6) the closest bucket alone lost 10.6% in geomean.
+NEAREST_BUCKETS = 4
+
+
+class TunedConfig(Mapping):
+    """A config to launch, read-only (the runtime hands the same object to every call of a key),
+    with where it came from: `source` is "table", "nearest", "model" or "default"; `bucket` is
+    the bucket key of the table entry it came from (None for "model" and "default")."""
+
+    __slots__ = ("_values", "_source", "_bucket")
+
+    def __init__(self, values: Mapping[str, int | str], source: str,
+                 bucket: tuple | None = None):
+        self._values = MappingProxyType(dict(values))
+        self._source = source
+        self._bucket = bucket
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def bucket(self) -> tuple | None:
+        return self._bucket
+
+    def __getitem__(self, name: str) -> int | str:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return (f"TunedConfig({dict(self._values)}, source={self._source!r}, "
+                f"bucket={self._bucket!r})")
+
 
 # What a key that was never tuned gets: safe on any CUDA GPU for every dtype (fits shared
 # memory on pre-Hopper parts too) and reasonable on large shapes; the variants they name run
 # any call of their kernel (the pointer GEMM; gemv for a single row or column).
-DEFAULT_CONFIGS: dict[str, Mapping[str, int | str]] = {
-    "mm": MappingProxyType({"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128,
-                            "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}),
-    "gemv": MappingProxyType({"variant": "gemv", "pad": 0, "BLOCK_M": 64, "BLOCK_K": 128,
-                              "num_stages": 2, "num_warps": 4}),
+DEFAULT_CONFIGS: dict[str, TunedConfig] = {
+    "mm": TunedConfig({"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128,
+                       "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}, "default"),
+    "gemv": TunedConfig({"variant": "gemv", "pad": 0, "BLOCK_M": 64, "BLOCK_K": 128,
+                         "num_stages": 2, "num_warps": 4}, "default"),
 }
 
 
+def _log_sizes(bucket: tuple) -> tuple[float, ...]:
+    """log2 of a bucket key's M, N and K (0 counted as 1): where `nearest` measures from."""
+    return tuple(math.log2(max(bucket[i], 1)) for i in _SIZE_FIELDS)
+
+
+def _log_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    return sum(abs(x - y) for x, y in zip(a, b))
+
+
+class OpTable:
+    """One op's part of a table: its strategy, the config per bucket, and per dtype the
+    buckets' log sizes (computed at load, so a new key's nearest search is a short scan)."""
+
+    def __init__(self, body: Mapping):
+        self.strategy: dict[str, str] = body["strategy"]
+        # Every entry's config, in file order: what the model's space is narrowed to.
+        self.configs = [entry["config"] for entry in body["entries"]]
+        self.by_bucket: dict[tuple, TunedConfig] = {}
+        for entry in body["entries"]:
+            bucket = bucket_key(entry["key"], self.strategy)
+            self.by_bucket[bucket] = TunedConfig(entry["config"], "table", bucket)
+        # Per dtype, in file order: (log sizes, the entry's config answering as "nearest").
+        self.neighbours: dict[str, list[tuple[tuple[float, ...], TunedConfig]]] = {}
+        for bucket, config in self.by_bucket.items():
+            self.neighbours.setdefault(bucket[_DTYPE_FIELD], []).append(
+                (_log_sizes(bucket), TunedConfig(config, "nearest", bucket)))
+
+    def exact(self, key: Mapping[str, object]) -> TunedConfig | None:
+        """The config of the key's bucket, if the table has it."""
+        return self.by_bucket.get(bucket_key(key, self.strategy))
+
+    def nearest(self, key: Mapping[str, object]) -> list[TunedConfig]:
+        """The configs of the NEAREST_BUCKETS closest buckets of the key's dtype, closest
+        first (file order on a tie), each config once; none without an entry of the dtype."""
+        bucket = bucket_key(key, self.strategy)
+        here = _log_sizes(bucket)
+        closest = sorted(self.neighbours.get(bucket[_DTYPE_FIELD], ()),
+                         key=lambda neighbour: _log_distance(here, neighbour[0]))
+        distinct: dict[tuple, TunedConfig] = {}
+        for _, config in closest:
+            distinct.setdefault(tuple(sorted(config.items())), config)
+            if len(distinct) == NEAREST_BUCKETS:
+                break
+        return list(distinct.values())
+
+
+def _layout(M: int, N: int, K: int, stride_am: int, stride_bk: int) -> str:
+    """Shape.layout from a call's strides, inverting Shape.stride_am and stride_bk: an operand
+    whose leading stride is not its row length is read transposed."""
+    return ("n" if stride_am == K else "t") + ("n" if stride_bk == N else "t")
+
+
+def _shape_of(key: Mapping):
+    from tuner.shapes import Shape
+
+    sizes = (key["M"], key["N"], key["K"])
+    return Shape(*sizes, key["dtype"], _layout(*sizes, key["stride_am"], key["stride_bk"]))
+
+
+def _fastest_predicted(device_name: str | None) -> Callable[[Mapping, list], int] | None:
+    """A function giving which of several configs the analytical model predicts fastest for
+    a raw key (its index; the first on a tie), or None when the model cannot be imported."""
+    try:
+        from tuner.model import predict_ms
+        from tuner.suggest import suggest_device
+    except ImportError:
+        return None
+    spec = suggest_device(device_name)[1]
+
+    def fastest(key: Mapping, configs: list) -> int:
+        shape = _shape_of(key)
+        predicted = []
+        for config in configs:
+            try:
+                predicted.append(predict_ms(shape, config, spec))
+            except ValueError:  # a variant the model does not know: never preferred
+                predicted.append(math.inf)
+        return min(range(len(configs)), key=lambda i: (predicted[i], i))
+
+    return fastest
+
+
+def _model_picker(op: str, configs: list[Mapping],
+                  device_name: str | None) -> Callable[[Mapping], TunedConfig | None] | None:
+    """A function giving the analytical model's best config for a raw key, or None when the
+    model cannot be imported or there is nothing to rank.
+
+    The model ranks the op's built-in space narrowed to the values (variants included) that the
+    table's configs of the op use: a small space (the cost of one new key stays a few ms), and
+    one that stays near what tuning chose on this device. Predictions are for the table's device.
+    """
+    try:
+        from tuner.kernels import KERNELS, kernel_variants
+        from tuner.model import rank_configs
+        from tuner.space import builtin_spaces
+        from tuner.suggest import suggest_device
+    except ImportError:
+        return None
+    space = builtin_spaces(kernel_variants()).get(op)
+    if space is None:
+        return None
+    used = {name: {c[name] for c in configs if name in c} for name in space.params}
+    try:
+        space = space.narrowed(**{name: values for name, values in used.items() if values})
+    except ValueError:  # the table's values of some parameter are none of the space's
+        return None
+    kernel, spec = KERNELS[op], suggest_device(device_name)[1]
+
+    def pick(key: Mapping) -> TunedConfig | None:
+        ranked = rank_configs(_shape_of(key), space, kernel, spec, k=1)
+        return TunedConfig(ranked[0][1], "model") if ranked else None
+
+    return pick
+
+
+def _show_log_lines() -> None:
+    """Make TUNE_LOG's INFO lines visible where logging was never configured: one stderr
+    handler on our logger, attached only when no handler would receive them otherwise."""
+    if not _LOG.hasHandlers():
+        _LOG.addHandler(logging.StreamHandler(sys.stderr))
+        if _LOG.level == logging.NOTSET:
+            _LOG.setLevel(logging.INFO)
+
+
+_UNLOADED = object()  # a model function not looked for yet
+
+
 class TunedTable:
-    """One loaded table file: per op, its bucketing strategy and config per bucketed key."""
+    """One loaded table file (or none: every key gets its default), and its answers so far."""
 
     def __init__(self, path: Path | None):
         self.path = path
-        self.strategies: dict[str, dict] = {}
-        self.configs: dict[str, dict[tuple, Mapping[str, int | str]]] = {}
-        self.memo: dict[tuple, Mapping[str, int | str]] = {}
+        self.ops: dict[str, OpTable] = {}
+        self.device_name: str | None = None
+        self.memo: dict[tuple, TunedConfig] = {}
+        # Per op, once the model was needed: its picker (None: the model cannot answer).
+        self.model_pickers: dict[str, Callable[[Mapping], TunedConfig | None] | None] = {}
+        # The model's choice among nearest buckets, loaded on first need (None: no model).
+        self.fastest: Callable[[Mapping, list], int] | None | object = _UNLOADED
+        self.log = os.environ.get(LOG_ENV_VAR) == "1"
+        if self.log:
+            _show_log_lines()
         if path is None:
             return
         try:
@@ -47,23 +242,56 @@ class TunedTable:
         if not isinstance(doc, dict) or doc.get("format") != TABLE_FORMAT:
             raise ValueError(f"gemm-tuner table {path}: not a '{TABLE_FORMAT}' file "
                              "(write one with `tune export --format table`)")
-        for op, body in (doc.get("ops") or {}).items():
-            strategy = body["strategy"]
-            self.strategies[op] = strategy
-            self.configs[op] = {bucket_key(e["key"], strategy): MappingProxyType(e["config"])
-                                for e in body["entries"]}
+        self.device_name = (doc.get("device") or {}).get("name")
+        try:
+            self.ops = {op: OpTable(body) for op, body in (doc.get("ops") or {}).items()}
+        except BucketingError as e:  # e.g. a user strategy whose module this process lacks
+            raise BucketingError(f"gemm-tuner table {path}: {e}") from None
 
-    def lookup(self, op: str, raw: tuple) -> Mapping[str, int | str]:
+    def lookup(self, op: str, raw: tuple) -> TunedConfig:
+        """Answer a raw key seen for the first time (table, nearest, model, else default) and
+        memoise the answer."""
         key = dict(zip(KEY_FIELDS, raw[1:]))
-        strategy = self.strategies.get(op)
-        config = None if strategy is None else self.configs[op].get(bucket_key(key, strategy))
+        config = self._tuned_or_modelled(op, key)
         if config is None:
             config = DEFAULT_CONFIGS[op]
             warnings.warn(f"gemm-tuner: no tuned {op} config for {key} in "
                           f"{self.path or '(no table: set ' + ENV_VAR + ')'}; using default "
                           f"{dict(config)}", RuntimeWarning, stacklevel=3)
         self.memo[raw] = config
+        if self.log:
+            self._log_answer(op, key, config)
         return config
+
+    def _tuned_or_modelled(self, op: str, key: dict) -> TunedConfig | None:
+        """The table's or nearest entry's config; the model's only for an op the table has
+        entries of, none of them of this dtype (with no tuning of the op at all, nothing says
+        which of its configs to trust, and the default is the safe choice)."""
+        op_table = self.ops.get(op)
+        if op_table is None or not op_table.by_bucket:
+            return None
+        config = op_table.exact(key)
+        if config is not None:
+            return config
+        neighbours = op_table.nearest(key)
+        if len(neighbours) > 1:
+            if self.fastest is _UNLOADED:
+                self.fastest = _fastest_predicted(self.device_name)
+            return neighbours[0 if self.fastest is None else self.fastest(key, neighbours)]
+        if neighbours:
+            return neighbours[0]
+        if op not in self.model_pickers:
+            self.model_pickers[op] = _model_picker(op, op_table.configs, self.device_name)
+        pick = self.model_pickers[op]
+        return None if pick is None else pick(key)
+
+    def _log_answer(self, op: str, key: dict, config: TunedConfig) -> None:
+        answer = config.source if config.bucket is None else (f"{config.source} bucket "
+                                                              f"{config.bucket}")
+        where = f"from {self.path}" if self.path else f"(no table: set {ENV_VAR})"
+        _LOG.info("gemm-tuner: %s M=%s N=%s K=%s %s strides %s,%s -> %s %s", op, key["M"],
+                  key["N"], key["K"], key["dtype"], key["stride_am"], key["stride_bk"], answer,
+                  where)
 
 
 _tables: dict[str, TunedTable] = {}
@@ -83,12 +311,16 @@ def _load_default() -> TunedTable:
 
 
 def get_tuned_config(op: str, *, M: int, N: int, K: int, dtype: str, stride_am: int,
-                     stride_bk: int,
-                     path: str | os.PathLike | None = None) -> Mapping[str, int | str]:
-    """The tuned config for op ("mm" or "gemv") at this key, from the table at `path`
-    (default: $TUNE_CONFIG, read on first use). A key outside the table gets
-    DEFAULT_CONFIGS[op], with one RuntimeWarning per key. The returned mapping is read-only
-    and shared between calls.
+                     stride_bk: int, path: str | os.PathLike | None = None) -> TunedConfig:
+    """The config for op ("mm" or "gemv") at this key, from the table at `path` (default:
+    $TUNE_CONFIG, read on first use): see the module docstring for which source answers. The
+    returned mapping is read-only and the same object on every call of the key.
+
+    Cost: a memoised key is one dict lookup (benchmarks/lookup_latency.py). A new key costs a
+    bucketing and at most a scan of the op's entries. One answered by the model took 7-9 ms
+    on one CPU core (measured on a 4-config mm table; 16-22 ms for the op's first, which also
+    loads its space), plus, once per process, 1.6 s to import torch, Triton and the model if the
+    caller had not (tuner.matmul has).
     """
     if path is None:
         table = _default_table or _load_default()
@@ -100,7 +332,8 @@ def get_tuned_config(op: str, *, M: int, N: int, K: int, dtype: str, stride_am: 
 
 
 def clear_cache() -> None:
-    """Forget loaded tables, e.g. after the file or $TUNE_CONFIG changed."""
+    """Forget loaded tables and their answers, e.g. after the file, $TUNE_CONFIG or $TUNE_LOG
+    changed."""
     global _default_table
     _tables.clear()
     _default_table = None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner.bucketing import KEY_FIELDS, STRATEGIES
+from tuner.bucketing import KEY_FIELDS, STRATEGY_FORMS, BucketingError, strategy_function
 
 # Parameters of every kernel rather than of one variant's Triton code: which variant runs,
 # and the padding applied before it (kernels/base.py).
@@ -155,9 +155,12 @@ def parse_space(doc, source: str,
             raise _fail(source, f"strategy.{name}", f"one of {', '.join(KEY_FIELDS)}", name)
     for name in KEY_FIELDS:
         value = strategy.get(name)
-        allowed = ["default"] if name == "dtype" else list(STRATEGIES)
-        if value not in allowed:
-            raise _fail(source, f"strategy.{name}", f"one of {', '.join(allowed)}", value)
+        if name == "dtype" and value != "default":
+            raise _fail(source, "strategy.dtype", "one of default", value)
+        try:
+            strategy_function(value)
+        except BucketingError:
+            raise _fail(source, f"strategy.{name}", f"one of {STRATEGY_FORMS}", value) from None
     return SearchSpace(kernel, checked, {f: strategy[f] for f in KEY_FIELDS}, source, read)
 
 

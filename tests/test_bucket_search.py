@@ -1,0 +1,93 @@
+"""The bucket search on made-up timings: regrets, each bucket's choice, the budget, Pareto."""
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tuner.bucket_search import (
+    SEARCHED_FIELDS,
+    BucketSearchError,
+    Member,
+    could_share,
+    needed_configs,
+    search,
+    signature,
+)
+from tuner.shapes import Shape
+
+FINE_AND_LOG = {f: ("default", "log") for f in SEARCHED_FIELDS}
+
+
+def member(m, n=4096, k=4096, dtype="bf16", weight=1.0, tile=None):
+    return Member(Shape(m, n, k, dtype, "nt", weight), {"variant": "general", "pad": 0,
+                                                        "BLOCK_M": tile or m})
+
+
+def times_from(table):
+    """{(member index, winner index): ms} -> the search's Times."""
+    def build(members):
+        return {(members[i].shape, signature(members[j].winner)): ms
+                for (i, j), ms in table.items()}
+    return build
+
+
+def test_shapes_share_only_within_a_dtype_and_a_common_bucket():
+    a, b, c, d = member(3), member(4), member(5), member(4, dtype="fp16")
+    assert could_share(a.shape, b.shape, FINE_AND_LOG)  # log: 3 and 4 -> 4
+    assert not could_share(b.shape, c.shape, FINE_AND_LOG)  # 4 -> 4, 5 -> 8
+    assert not could_share(b.shape, d.shape, FINE_AND_LOG)
+    needed = needed_configs([a, b, c, d], FINE_AND_LOG)
+    assert needed[a.shape] == [a.winner, b.winner] and needed[c.shape] == [c.winner]
+
+
+def test_a_cheap_merge_is_taken_and_a_costly_one_is_not():
+    a, b = member(3), member(4)
+    members = [a, b]
+    cheap = times_from({(0, 0): 1.0, (0, 1): 1.01, (1, 1): 2.0, (1, 0): 2.5})(members)
+    merged = search(members, cheap, FINE_AND_LOG, max_regret=0.02).chosen
+    assert merged.rows == 1 and merged.strategy["M"] == "log"
+    assert merged.buckets[0].config == b.winner  # a loses 1%, b would lose 25% with a's
+    assert merged.max_regret == pytest.approx(0.01)
+    separate = search(members, cheap, FINE_AND_LOG, max_regret=0.005).chosen
+    assert separate.rows == 2 and separate.max_regret == 0
+
+
+def test_weights_decide_whose_config_a_bucket_keeps():
+    light, heavy = member(3, weight=1.0), member(4, weight=10.0)
+    times = times_from({(0, 0): 1.0, (0, 1): 1.2, (1, 1): 1.0, (1, 0): 1.1})([light, heavy])
+    chosen = search([light, heavy], times, FINE_AND_LOG, max_regret=1.0).chosen
+    # unweighted, light's config (worst 10%) beats heavy's (worst 20%); weighted, heavy's
+    # 20% on the light shape counts a tenth
+    assert chosen.buckets[0].config == heavy.winner
+
+
+def test_a_config_that_cannot_run_a_member_is_never_shared():
+    a, b = member(3), member(4)
+    times = times_from({(0, 0): 1.0, (0, 1): None, (1, 1): 1.0, (1, 0): 5.0})([a, b])
+    result = search([a, b], times, FINE_AND_LOG, max_regret=10.0)
+    assert result.chosen.rows == 1 and result.chosen.buckets[0].config == a.winner
+    with pytest.raises(BucketSearchError, match="within 1.0%"):
+        search([a, b], times, {f: ("log",) for f in SEARCHED_FIELDS}, max_regret=0.01)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 64), min_size=2, max_size=6, unique=True),
+       st.data(), st.floats(0, 0.3))
+def test_the_choice_keeps_the_budget_and_the_front_is_undominated(ms, data, budget):
+    members = [member(m) for m in ms]
+    ratios = st.floats(1.0, 1.5)
+    times = {}
+    for i, m in enumerate(members):
+        for j, other in enumerate(members):
+            times[m.shape, signature(other.winner)] = 1.0 if i == j else data.draw(ratios)
+    result = search(members, times, FINE_AND_LOG, budget)
+    assert result.chosen.max_regret <= budget
+    assert result.chosen.rows <= len(members)
+    assert sum(len(b.members) for b in result.chosen.buckets) == len(members)
+    scores = [(a.rows, a.geomean_regret, a.max_regret) for a in result.pareto]
+    for x in scores:
+        assert not any(y != x and all(p <= q for p, q in zip(y, x)) for y in scores)
+    # all exact has no regret: it is on the front, or a merge costing nothing beats it
+    assert any(worst == 0.0 and rows <= len(members) for rows, _, worst in scores)
+    assert all(math.isfinite(a.max_regret) for a in result.pareto)

@@ -1,0 +1,74 @@
+"""`tune buckets`, the bucketed export, the runtime and `tune validate` end to end, on the CPU
+through Triton's interpreter (its timings are noise, so the budget here is generous: what is
+checked is the plumbing and the agreement, not the regrets)."""
+import os
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tuner import runtime
+from tuner.bucketing import bucket_key
+from tuner.cli import main
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="interpreter CLI tests run on CPU-only machines")
+EXACT_SPACE = """kernel: mm
+params: {variant: [general], pad: [0], BLOCK_M: [16, 32], BLOCK_N: [16], BLOCK_K: [32],
+         GROUP_M: [1], num_stages: [2], num_warps: [2, 4]}
+strategy: {M: default, N: default, K: default, stride_am: default, stride_bk: default,
+           dtype: default}
+"""
+# 40 and 33 rows share a `log` bucket (64); 16 rows stay alone.
+SHAPES = "M,N,K,dtype,layout\n40,48,64,bf16,nn\n33,48,64,bf16,nn\n16,48,64,bf16,nn\n"
+HOLDOUT = "M,N,K,dtype,layout\n36,48,64,bf16,nn\n20,48,64,bf16,nn\n"
+
+
+def tune(tmp_path, *args):
+    result = CliRunner().invoke(main, [*args, "--db", f"sqlite:///{tmp_path / 'tune.db'}"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
+    for name, text in (("shapes.csv", SHAPES), ("holdout.csv", HOLDOUT),
+                       ("space.yaml", EXACT_SPACE)):
+        (tmp_path / name).write_text(text)
+    tune(tmp_path, "run", "--shapes", str(tmp_path / "shapes.csv"), "--space",
+         str(tmp_path / "space.yaml"), "--backend", "interpret", "--trials", "2")
+
+    chosen = tune(tmp_path, "buckets", "--shapes", str(tmp_path / "shapes.csv"),
+                  "--strategy", "default", "--strategy", "log", "--max-regret", "100",
+                  "--backend", "interpret")
+    assert "bucketings on the Pareto front" in chosen.output and "**chosen**" in chosen.output
+    # A second search reuses the stored timings: nothing left to time.
+    again = tune(tmp_path, "buckets", "--shapes", str(tmp_path / "shapes.csv"),
+                 "--strategy", "default", "--strategy", "log", "--max-regret", "100",
+                 "--backend", "interpret")
+    assert "0 shapes to time" in again.output
+
+    table = tmp_path / "tuned.yaml"
+    tune(tmp_path, "export", "--format", "table", "-o", str(table))
+    mm = yaml.safe_load(table.read_text())["ops"]["mm"]
+    assert len(mm["entries"]) == 2 and mm["strategy"]["M"] == "log"
+    exact = tmp_path / "exact.yaml"
+    tune(tmp_path, "export", "--format", "table", "--exact", "-o", str(exact))
+    assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 3
+
+    runtime.clear_cache()
+    by_bucket = {bucket_key(e["key"], mm["strategy"]): e["config"] for e in mm["entries"]}
+    for m in (40, 33, 16):
+        key = {"M": m, "N": 48, "K": 64, "stride_am": 64, "stride_bk": 48, "dtype": "bf16"}
+        answer = runtime.get_tuned_config("mm", **key, path=table)
+        assert answer.source == "table"
+        assert dict(answer) == by_bucket[bucket_key(key, mm["strategy"])]
+
+    report = tmp_path / "holdout.md"
+    validated = tune(tmp_path, "validate", "--config", str(table), "--shapes",
+                     str(tmp_path / "holdout.csv"), "--trials", "2", "--backend", "interpret",
+                     "-o", str(report))
+    text = report.read_text()
+    assert "| 36x48x64 bf16 nn | table |" in text  # in the 40/33 bucket
+    assert "| 20x48x64 bf16 nn | nearest |" in text  # log bucket 32: never tuned
+    assert "2 shapes: geomean regret" in validated.output

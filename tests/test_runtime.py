@@ -1,0 +1,259 @@
+"""The runtime lookup: which source answers a key (table, nearest, model, default), what the
+answer says about itself, its logging, and that it agrees with the export on random keys."""
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tuner import model, runtime
+from tuner.bucketing import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
+from tuner.execution import meta_gemm
+from tuner.export import write_atomic
+from tuner.kernels import KERNELS
+from tuner.shapes import LAYOUTS, Shape
+
+# M bucketed to the next power of two, everything else exact.
+LOG_M = dict.fromkeys(KEY_FIELDS, "default") | {"M": "log"}
+H100_SMEM = 232448
+
+GENERAL = {"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
+           "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
+SMALL_M = {"variant": "general", "pad": 0, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128,
+           "GROUP_M": 1, "num_stages": 5, "num_warps": 4}
+SPLITK = {"variant": "splitk", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128,
+          "SPLIT_K": 4, "ATOMIC": 0, "num_stages": 3, "num_warps": 4}
+
+
+def key(M, N=4096, K=4096, dtype="bf16"):
+    """A row-major (nn) key."""
+    return {"M": M, "N": N, "K": K, "stride_am": K, "stride_bk": N, "dtype": dtype}
+
+
+def write_table(path: Path, entries: list[tuple[dict, dict]], strategy=LOG_M,
+                op="mm") -> Path:
+    """A table of one op: (key, config) entries, in this order, tuned on an H100."""
+    write_atomic(path, {"format": runtime.TABLE_FORMAT,
+                        "device": {"name": "NVIDIA H100 80GB HBM3"},
+                        "ops": {op: {"strategy": strategy, "entries": [
+                            {"key": k, "config": c} for k, c in entries]}}})
+    return path
+
+
+def lookup(path, op="mm", **raw):
+    return runtime.get_tuned_config(op, path=path, **raw)
+
+
+@pytest.fixture(autouse=True)
+def fresh_tables(monkeypatch):
+    monkeypatch.delenv(runtime.ENV_VAR, raising=False)
+    monkeypatch.delenv(runtime.LOG_ENV_VAR, raising=False)
+    runtime.clear_cache()
+    yield
+    runtime.clear_cache()
+
+
+@pytest.fixture
+def three_sizes(tmp_path) -> Path:
+    """bf16 buckets M=16, 512 and 4096, each with its own config."""
+    return write_table(tmp_path / "t.yaml", [(key(16), SMALL_M), (key(512), SPLITK),
+                                             (key(4096), GENERAL)])
+
+
+def test_the_bucket_entry_answers_as_table(three_sizes):
+    config = lookup(three_sizes, **key(300))  # log: 300 -> 512
+    assert dict(config) == SPLITK and config.source == "table"
+    assert config.bucket == (512, 4096, 4096, 4096, 4096, "bf16")
+
+
+def test_the_answer_is_a_read_only_mapping_and_memoised(three_sizes):
+    config = lookup(three_sizes, **key(300))
+    assert config["pad"] == 0 and {**config, "pad": 16}["pad"] == 16 and config == SPLITK
+    with pytest.raises(TypeError):
+        config["pad"] = 16
+    with pytest.raises(AttributeError):
+        config.source = "default"
+    assert lookup(three_sizes, **key(300)) is config
+    assert lookup(three_sizes, **key(400)) is config  # another raw key of the same bucket
+
+
+def test_a_key_outside_every_bucket_takes_the_nearest_in_log_sizes(three_sizes):
+    config = lookup(three_sizes, **key(1500))  # bucket 2048: 1 octave from 4096, 2 from 512
+    assert dict(config) == GENERAL and config.source == "nearest"
+    assert config.bucket == (4096, 4096, 4096, 4096, 4096, "bf16")
+
+
+def test_nearest_sums_the_distances_in_m_n_and_k(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "NEAREST_BUCKETS", 1)  # the closest alone: no model choice
+    path = write_table(tmp_path / "t.yaml", [(key(256), GENERAL),
+                                             (key(1024, N=512, K=512), SMALL_M)])
+    # Same M as the first entry, but 3 + 3 octaves away in N and K; 2 from the second in M.
+    assert dict(lookup(path, **key(256, N=512, K=512))) == SMALL_M
+
+
+def test_nearest_breaks_ties_by_file_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "NEAREST_BUCKETS", 1)
+    for first, second in ((SMALL_M, GENERAL), (GENERAL, SMALL_M)):
+        runtime.clear_cache()
+        path = write_table(tmp_path / "t.yaml", [(key(128), first), (key(512), second)])
+        assert dict(lookup(path, **key(256))) == first  # one octave from each
+
+
+def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
+    asked = []
+
+    def second_fastest(device_name):
+        def fastest(key, configs):
+            asked.append((key["M"], [dict(c) for c in configs]))
+            return 1
+        return fastest
+
+    monkeypatch.setattr(runtime, "_fastest_predicted", second_fastest)
+    path = write_table(tmp_path / "t.yaml", [(key(16), SMALL_M), (key(512), SPLITK),
+                                             (key(4096), GENERAL)])
+    config = lookup(path, **key(64))
+    # closest first: 16 (2 octaves), 512 (3), 4096 (6); the model took the second
+    assert asked == [(64, [SMALL_M, SPLITK, GENERAL])]
+    assert dict(config) == SPLITK and config.source == "nearest"
+    assert config.bucket[0] == 512
+
+
+def test_nearest_keeps_to_the_dtype(tmp_path):
+    path = write_table(tmp_path / "t.yaml", [(key(256), GENERAL),
+                                             (key(4096, dtype="fp16"), SMALL_M)])
+    config = lookup(path, **key(256, dtype="fp16"))
+    assert dict(config) == SMALL_M and config.source == "nearest"
+    assert config.bucket[-1] == "fp16"
+
+
+def test_a_dtype_the_op_has_no_entry_of_gets_the_model_pick_from_the_tuned_values(tmp_path):
+    entries = [(key(16), SMALL_M), (key(512), SPLITK), (key(4096), GENERAL)]
+    path = write_table(tmp_path / "t.yaml", entries)
+    shape = Shape(300, 5000, 4096, "fp16", "nn")
+    config = lookup(path, **shape.key())
+    assert config.source == "model" and config.bucket is None
+    for name, value in config.items():
+        assert value in {c[name] for _, c in entries if name in c}, name
+    assert KERNELS["mm"].feasible(dict(config), meta_gemm(shape), H100_SMEM) is None
+    assert lookup(path, **shape.key()) is config
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_model_sees_the_layout_the_strides_give(tmp_path, monkeypatch, layout):
+    ranked, rank_configs = [], model.rank_configs
+
+    def spy(shape, *args, **kwargs):
+        ranked.append(shape)
+        return rank_configs(shape, *args, **kwargs)
+
+    monkeypatch.setattr("tuner.model.rank_configs", spy)
+    path = write_table(tmp_path / "t.yaml", [(key(512), GENERAL)])
+    shape = Shape(300, 5000, 4096, "fp32", layout)
+    assert lookup(path, **shape.key()).source == "model"
+    assert ranked == [shape]
+
+
+def test_the_default_answers_when_the_model_cannot(tmp_path, monkeypatch):
+    path = write_table(tmp_path / "t.yaml", [(key(512), GENERAL)])
+    monkeypatch.setitem(sys.modules, "tuner.model", None)  # an import of it fails
+    with pytest.warns(RuntimeWarning, match="no tuned mm config"):
+        assert lookup(path, **key(512, dtype="fp16")).source == "default"
+    runtime.clear_cache()
+    monkeypatch.setitem(sys.modules, "tuner.model", model)
+    monkeypatch.setattr(model, "rank_configs", lambda *args, **kwargs: [])
+    with pytest.warns(RuntimeWarning, match="no tuned mm config"):
+        assert lookup(path, **key(512, dtype="fp16")).source == "default"
+
+
+def test_an_op_the_table_lacks_gets_its_default_once_per_key(three_sizes):
+    gemv = dict(M=1, N=4096, K=4096, dtype="bf16", stride_am=4096, stride_bk=4096)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = lookup(three_sizes, "gemv", **gemv)
+        assert lookup(three_sizes, "gemv", **gemv) is config
+        lookup(three_sizes, "gemv", **(gemv | {"K": 2048}))
+    assert config is runtime.DEFAULT_CONFIGS["gemv"]
+    assert config.source == "default" and config.bucket is None
+    assert len(caught) == 2
+    assert all(str(w.message).startswith("gemm-tuner: no tuned gemv config") for w in caught)
+
+
+def test_no_table_at_all_answers_default():
+    with pytest.warns(RuntimeWarning, match=r"\(no table: set TUNE_CONFIG\)"):
+        config = runtime.get_tuned_config("mm", **key(512))
+    assert config is runtime.DEFAULT_CONFIGS["mm"]
+
+
+def test_a_table_with_an_unknown_strategy_names_the_file_and_the_strategy(tmp_path):
+    path = write_table(tmp_path / "t.yaml", [(key(512), GENERAL)], LOG_M | {"N": "thousands"})
+    with pytest.raises(BucketingError, match=rf"^gemm-tuner table {path}: bucketing strategy "
+                                             r"'thousands': unknown; expected default, "):
+        lookup(path, **key(512))
+
+
+def test_tune_log_names_the_source_once_per_key(three_sizes, monkeypatch, caplog):
+    monkeypatch.setenv(runtime.LOG_ENV_VAR, "1")
+    caplog.set_level(logging.INFO, logger="tuner.runtime")
+    for m in (300, 300, 1500, 1500, 512):
+        lookup(three_sizes, **key(m, N=5000))
+    assert [r.getMessage() for r in caplog.records if r.name == "tuner.runtime"] == [
+        f"gemm-tuner: mm M={m} N=5000 K=4096 bf16 strides 4096,5000 -> nearest bucket "
+        f"({b}, 4096, 4096, 4096, 4096, 'bf16') from {three_sizes}"
+        for m, b in ((300, 512), (1500, 4096), (512, 512))]
+
+
+def test_without_tune_log_nothing_is_logged(three_sizes, caplog):
+    caplog.set_level(logging.INFO, logger="tuner.runtime")
+    lookup(three_sizes, **key(300))
+    assert not [r for r in caplog.records if r.name == "tuner.runtime"]
+
+
+def test_tune_log_shows_on_stderr_without_logging_configured():
+    code = ("import warnings; warnings.simplefilter('ignore'); from tuner import runtime; "
+            "runtime.get_tuned_config('mm', M=3, N=4, K=5, dtype='fp16', stride_am=5, "
+            "stride_bk=4)")
+    env = {k: v for k, v in os.environ.items() if k != runtime.ENV_VAR} | {
+        runtime.LOG_ENV_VAR: "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True)
+    assert out.stderr == ("gemm-tuner: mm M=3 N=4 K=5 fp16 strides 5,4 -> default "
+                          "(no table: set TUNE_CONFIG)\n")
+
+
+# -- the export and the runtime agree -----------------------------------------------------------
+SIZES = st.integers(min_value=1, max_value=1 << 16)
+RAW_KEYS = st.builds(dict, M=SIZES, N=SIZES, K=SIZES, stride_am=SIZES, stride_bk=SIZES,
+                     dtype=st.sampled_from(("fp16", "bf16")))
+BREAKPOINTS = st.lists(SIZES, min_size=1, max_size=5, unique=True).map(sorted)
+STRATEGY_NAMES = st.sampled_from(BUILTIN_STRATEGIES) | BREAKPOINTS.map(
+    lambda b: f"buckets:[{','.join(map(str, b))}]")
+KEY_STRATEGIES = st.fixed_dictionaries({f: STRATEGY_NAMES for f in KEY_FIELDS[:-1]}).map(
+    lambda s: s | {"dtype": "default"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(strategy=KEY_STRATEGIES, tuned=st.lists(RAW_KEYS, min_size=1, max_size=6),
+       queried=RAW_KEYS)
+def test_the_runtime_answers_each_key_with_the_entry_the_export_keyed_by_its_bucket(
+        strategy, tuned, queried):
+    """Entries keyed by bucket keys, one per bucket, as `tune export` writes them: the
+    runtime's table answer for any raw key is the entry whose key is that key's bucket."""
+    buckets = {bucket_key(k, strategy): i for i, k in enumerate(tuned)}
+    entries = [(dict(zip(KEY_FIELDS, bucket)), GENERAL | {"BLOCK_M": 16 * (i + 1)})
+               for bucket, i in buckets.items()]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_table(Path(tmp) / "t.yaml", entries, strategy)
+        runtime.clear_cache()
+        for raw in (*tuned, queried):
+            config = lookup(path, **raw)
+            bucket = bucket_key(raw, strategy)
+            assert (config.source == "table") == (bucket in buckets)
+            if bucket in buckets:
+                assert config.bucket == bucket
+                assert config["BLOCK_M"] == 16 * (buckets[bucket] + 1)

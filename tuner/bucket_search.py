@@ -1,0 +1,254 @@
+"""Which shapes share a config: per-bucket choice, regrets, and the search over strategies.
+
+A strategy assignment gives each key field a bucketing strategy (tuner.bucketing); listed
+shapes whose bucketed keys match share a bucket, and a bucket ships one config. A shape that
+runs a bucket-mate's config instead of its own winner loses
+
+    regret = time with the shared config / time with its own winner - 1.
+
+Given each shape's time with every config it could share (tuner.cross_timing measures them),
+this module picks each bucket's config, the one whose worst weighted regret over the members
+is least; scores an assignment by its buckets, geometric-mean regret and worst regret; and
+searches the assignments for the one with the fewest buckets within the user's regret budget,
+returning the Pareto table of the others. Pure computation: no GPU, no database.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from tuner.bucketing import BUILTIN_STRATEGIES, KEY_FIELDS, strategy_function
+from tuner.search import config_signature as signature
+from tuner.shapes import Shape
+
+# The fields whose strategy is searched; dtype stays exact (no config is shared across dtypes).
+SEARCHED_FIELDS = ("M", "N", "K", "stride_am", "stride_bk")
+# What `tune buckets` tries per field unless told otherwise, finest first: the built-ins,
+# then breakpoints 8x and 32x apart, coarse enough to join a model's large shapes (where one
+# config tends to serve all) and its decode sizes.
+DEFAULT_CANDIDATES = (*BUILTIN_STRATEGIES, "buckets:[1,16,128,1024,8192,65536]",
+                      "buckets:[1,32,1024,32768,1048576]")
+# Past this many assignments the search samples them with an Optuna study (NSGA-II over
+# buckets, geomean and worst regret) instead of scoring every one.
+EXHAUSTIVE_LIMIT = 100_000
+SAMPLED_ASSIGNMENTS = 4_000
+
+# (shape, config_signature(config)) -> ms; None: the config cannot run that shape (fails, is
+# wrong, or the kernel refuses it there).
+Times = Mapping[tuple[Shape, tuple], "float | None"]
+
+
+class BucketSearchError(ValueError):
+    """No assignment of the candidate strategies keeps the shapes within the budget."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """A listed shape of one kernel and the config its own study chose."""
+    shape: Shape
+    winner: dict
+
+
+@dataclass(frozen=True)
+class Bucket:
+    key: tuple  # the bucketed key, in KEY_FIELDS order
+    config: dict  # the config its members share
+    members: tuple[Member, ...]
+    regrets: tuple[float, ...]  # per member, running `config`
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One strategy assignment scored on the listed shapes."""
+    strategy: dict[str, str]
+    buckets: tuple[Bucket, ...]
+    geomean_regret: float  # weighted by the CSV's weights
+    max_regret: float
+    coarseness: int  # the sum of each field's position in its candidate list
+
+    @property
+    def rows(self) -> int:
+        return len(self.buckets)
+
+
+def could_share(a: Shape, b: Shape, candidates: Mapping[str, Sequence[str]]) -> bool:
+    """Whether some assignment of the candidate strategies puts a and b in one bucket."""
+    if a.dtype != b.dtype:
+        return False
+    key_a, key_b = a.key(), b.key()
+    return all(any(strategy_function(s)(key_a[f]) == strategy_function(s)(key_b[f])
+                   for s in candidates[f]) for f in SEARCHED_FIELDS)
+
+
+def needed_configs(members: Sequence[Member],
+                   candidates: Mapping[str, Sequence[str]]) -> dict[Shape, list[dict]]:
+    """Per shape, the configs to time it with: its own winner first, then the winners of
+    every shape it could share a bucket with."""
+    needed = {}
+    for m in members:
+        configs = {signature(m.winner): m.winner}
+        for other in members:
+            if other is not m and could_share(m.shape, other.shape, candidates):
+                configs.setdefault(signature(other.winner), other.winner)
+        needed[m.shape] = list(configs.values())
+    return needed
+
+
+@dataclass
+class _Regrets:
+    """regret[i][j]: member i running member j's winner (inf where it cannot run, or was not
+    timed), and the memo of each group's choice."""
+    members: Sequence[Member]
+    times: Times
+    chosen: dict[frozenset, tuple[int, tuple[float, ...]]] = field(default_factory=dict)
+
+    @cached_property
+    def matrix(self) -> list[list[float]]:
+        rows = []
+        for m in self.members:
+            own = self.times.get((m.shape, signature(m.winner)))
+            row = []
+            for other in self.members:
+                ms = self.times.get((m.shape, signature(other.winner)))
+                row.append(ms / own - 1 if ms is not None and own else math.inf)
+            rows.append(row)
+        return rows
+
+    def choose(self, group: frozenset[int]) -> tuple[int, tuple[float, ...]]:
+        """The member whose winner the group shares, and each member's regret with it: the
+        least worst regret, each weighted by its shape's share of the heaviest's weight; then
+        the least weighted mean regret; then the first listed."""
+        if group not in self.chosen:
+            order = sorted(group)
+            heaviest = max(self.members[i].shape.weight for i in order)
+
+            def score(j: int) -> tuple[float, float, int]:
+                weighted = [self.members[i].shape.weight / heaviest * self.matrix[i][j]
+                            for i in order]
+                return max(weighted), sum(weighted), j
+
+            best = min(order, key=score)
+            self.chosen[group] = best, tuple(self.matrix[i][best] for i in order)
+        return self.chosen[group]
+
+
+def _weighted_geomean_regret(regrets: Sequence[float], weights: Sequence[float]) -> float:
+    if any(math.isinf(r) for r in regrets):
+        return math.inf
+    log_sum = sum(w * math.log1p(r) for r, w in zip(regrets, weights))
+    return math.expm1(log_sum / sum(weights))
+
+
+class _Scorer:
+    """Scores assignments of one kernel's members, with every bucketed value computed once."""
+
+    def __init__(self, members: Sequence[Member], times: Times,
+                 candidates: Mapping[str, Sequence[str]]):
+        self.members, self.candidates = members, candidates
+        self.regrets = _Regrets(members, times)
+        keys = [m.shape.key() for m in members]
+        self.bucketed = {(f, s): [strategy_function(s)(k[f]) for k in keys]
+                         for f in SEARCHED_FIELDS for s in candidates[f]}
+        self.dtypes = [k["dtype"] for k in keys]
+
+    def assess(self, strategy: Mapping[str, str]) -> Assessment:
+        groups: dict[tuple, list[int]] = {}
+        for i in range(len(self.members)):
+            key = tuple(self.dtypes[i] if f == "dtype" else self.bucketed[f, strategy[f]][i]
+                        for f in KEY_FIELDS)
+            groups.setdefault(key, []).append(i)
+        buckets, regrets, weights = [], [], []
+        for key, indices in groups.items():
+            best, group_regrets = self.regrets.choose(frozenset(indices))
+            buckets.append(Bucket(key, self.members[best].winner,
+                                  tuple(self.members[i] for i in sorted(indices)),
+                                  group_regrets))
+            regrets += group_regrets
+            weights += [self.members[i].shape.weight for i in sorted(indices)]
+        coarseness = sum(self.candidates[f].index(strategy[f]) for f in SEARCHED_FIELDS)
+        return Assessment({**strategy, "dtype": "default"}, tuple(buckets),
+                          _weighted_geomean_regret(regrets, weights), max(regrets), coarseness)
+
+
+def _every_assignment(candidates: Mapping[str, Sequence[str]]) -> Iterator[dict[str, str]]:
+    for choice in itertools.product(*(candidates[f] for f in SEARCHED_FIELDS)):
+        yield dict(zip(SEARCHED_FIELDS, choice))
+
+
+def _sampled_assessments(scorer: _Scorer, candidates: Mapping[str, Sequence[str]],
+                         seed: int) -> Iterator[Assessment]:
+    """Assignments proposed by a multi-objective Optuna study (NSGA-II), for candidate lists
+    whose product is too large to score whole."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["minimize"] * 3,
+                                sampler=optuna.samplers.NSGAIISampler(seed=seed))
+    for _ in range(SAMPLED_ASSIGNMENTS):
+        trial = study.ask()
+        assessment = scorer.assess({f: trial.suggest_categorical(f, list(candidates[f]))
+                                    for f in SEARCHED_FIELDS})
+        study.tell(trial, [assessment.rows, min(assessment.geomean_regret, 1e9),
+                           min(assessment.max_regret, 1e9)])
+        yield assessment
+
+
+def _partition(assessment: Assessment) -> frozenset:
+    return frozenset(frozenset(m.shape for m in b.members) for b in assessment.buckets)
+
+
+def _pareto_front(assessments: Sequence[Assessment]) -> list[Assessment]:
+    """Those no other beats or ties on all of buckets, geomean and worst regret, by buckets.
+    In lexicographic order a dominating assessment comes first, so one pass suffices."""
+    def scores(a: Assessment) -> tuple[int, float, float]:
+        return a.rows, a.geomean_regret, a.max_regret
+
+    front: list[Assessment] = []
+    for a in sorted(assessments, key=scores):
+        if not any(all(x <= y for x, y in zip(scores(b), scores(a))) for b in front):
+            front.append(a)
+    return front
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    chosen: Assessment  # the fewest buckets within the budget
+    pareto: tuple[Assessment, ...]  # by buckets, none worse than another on all three scores
+
+
+def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Sequence[str]],
+           max_regret: float, seed: int = 0,
+           on_progress: Callable[[int, int], None] = lambda done, total: None) -> SearchResult:
+    """The assignment with the fewest buckets whose worst regret is within max_regret (ties:
+    the lower geomean regret, then the finer strategies), and the Pareto table.
+
+    Assignments that bucket the listed shapes alike count once, as the finest of them: a
+    bucket wider than the listed shapes need would hand unlisted shapes a config nobody
+    measured against them, where the runtime's nearest-bucket fallback picks by distance.
+    All-exact (each candidate list's first entry should be `default`) always qualifies: it
+    has no regret."""
+    scorer = _Scorer(members, times, candidates)
+    total = math.prod(len(candidates[f]) for f in SEARCHED_FIELDS)
+    if total <= EXHAUSTIVE_LIMIT:
+        assessments: Iterator[Assessment] = map(scorer.assess, _every_assignment(candidates))
+    else:
+        total = SAMPLED_ASSIGNMENTS
+        assessments = _sampled_assessments(scorer, candidates, seed)
+    by_partition: dict[frozenset, Assessment] = {}
+    for done, assessment in enumerate(assessments, 1):
+        part = _partition(assessment)
+        kept = by_partition.get(part)
+        if kept is None or assessment.coarseness < kept.coarseness:
+            by_partition[part] = assessment
+        if done % 1000 == 0 or done == total:
+            on_progress(done, total)
+    distinct = list(by_partition.values())
+    within = [a for a in distinct if a.max_regret <= max_regret]
+    if not within:
+        raise BucketSearchError(f"no assignment of the candidate strategies keeps every shape within "
+                         f"{max_regret:.1%} (list 'default' first among each field's candidates)")
+    chosen = min(within, key=lambda a: (a.rows, a.geomean_regret, a.coarseness))
+    return SearchResult(chosen, tuple(_pareto_front(distinct)))

@@ -1,0 +1,127 @@
+"""The `tune buckets` job: the listed shapes' own winners, every shape timed with the winners
+it could share, the strategy search (tuner.bucket_search), and the decision stored.
+
+Timings are per shape: all the configs a shape needs are timed together (tuner.cross_timing)
+and stored as they finish; a shape whose needed configs are all in the database already is
+not measured again, so a second search over other candidates or another budget is free.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from tuner.bucket_search import Member, SearchResult, Times, signature
+from tuner.bucketing import bucket_key
+from tuner.db.models import Device, KernelVersion, Winner
+from tuner.db.store import Store, params_key
+from tuner.kernels import kernel_for
+from tuner.shapes import Shape
+
+
+class SharingError(RuntimeError):
+    """The listed shapes cannot be bucketed yet (e.g. some were never tuned)."""
+
+
+def distinct_shapes(shapes: Sequence[Shape]) -> list[Shape]:
+    """The listed shapes once each (a repeated row keeps its largest weight), in list order."""
+    heaviest: dict[tuple, Shape] = {}
+    for s in shapes:
+        ident = (s.M, s.N, s.K, s.dtype, s.layout)
+        if ident not in heaviest or s.weight > heaviest[ident].weight:
+            heaviest[ident] = s
+    return list(heaviest.values())
+
+
+def exact_members(winners: Sequence[Winner], shapes: Sequence[Shape]) -> list[Member]:
+    """Each shape with the winner of its key, bucketed as its study's space bucketed it.
+
+    Shapes that `tune run` already grouped (the space's own strategy, align32 for the
+    built-in mm space) share that winner; the search then groups further, from there."""
+    by_key = {(w.kernel.name, tuple(w.key.values())): w for w in winners}
+    strategies = {w.kernel.name: w.study.space.strategy for w in winners}
+    members, missing = [], []
+    for shape in shapes:
+        kernel = kernel_for(shape.M, shape.N).name
+        strategy = strategies.get(kernel)
+        winner = None if strategy is None else by_key.get(
+            (kernel, bucket_key(shape.key(), strategy)))
+        if winner is None:
+            missing.append(str(shape))
+        else:
+            members.append(Member(shape, dict(winner.trial.params)))
+    if missing:
+        raise SharingError(f"{len(missing)} listed shapes have no winner ({'; '.join(missing)}): "
+                           "tune them first with `tune run --shapes ...`")
+    return members
+
+
+def gather_times(store: Store, device: Device, kernel_row: KernelVersion,
+                 needed: Mapping[Shape, list[dict]], seed: int,
+                 timer: Callable[[Shape, list[dict]], list],
+                 on_shape: Callable[[Shape, bool], None] = lambda shape, measured: None) -> Times:
+    """Every needed (shape, config) time: from the database where the shape has them all,
+    else timed side by side now (timer: tuner.cross_timing.time_side_by_side bound to an
+    executor and kernel) and stored config by config."""
+    times: dict[tuple, float | None] = {}
+    for shape, configs in needed.items():
+        stored = store.cross_timings(device, kernel_row, shape)
+        missing = [c for c in configs if params_key(c) not in stored]
+        if missing:
+            for outcome in timer(shape, configs):
+                store.save_cross_timing(device, kernel_row, shape, outcome.config,
+                                        outcome.status, outcome.reason, outcome.p50_ms,
+                                        outcome.method)
+            stored = store.cross_timings(device, kernel_row, shape)
+        for config in configs:
+            row = stored[params_key(config)]
+            times[shape, signature(config)] = row.p50_ms if row.status == "ok" else None
+        on_shape(shape, bool(missing))
+    return times
+
+
+def _json_number(value: float) -> float | None:
+    """JSON has no infinity (PostgreSQL refuses it): a regret no config achieves is null."""
+    return None if math.isinf(value) else value
+
+
+def bucketing_record(result: SearchResult) -> tuple[list, list]:
+    """The chosen buckets and the Pareto table as the JSON the database keeps."""
+    chosen = result.chosen
+    buckets = [{"key": list(b.key), "config": b.config,
+                "members": [{"shape": str(m.shape), "weight": m.shape.weight, "regret": r}
+                            for m, r in zip(b.members, b.regrets)]}
+               for b in chosen.buckets]
+    pareto = [{"strategy": a.strategy, "rows": a.rows,
+               "geomean_regret": _json_number(a.geomean_regret),
+               "max_regret": _json_number(a.max_regret), "chosen": a.strategy == chosen.strategy}
+              for a in result.pareto]
+    return buckets, pareto
+
+
+def percent(regret: float) -> str:
+    return "cannot run" if math.isinf(regret) else f"{regret:.1%}"
+
+
+def pareto_markdown(kernel: str, result: SearchResult, max_regret: float) -> str:
+    """The Pareto table and the chosen buckets, as committable markdown."""
+    from tuner.kernels.base import config_label
+
+    fields = ("M", "N", "K", "stride_am", "stride_bk")
+    lines = [f"## {kernel}: bucketings on the Pareto front (budget: worst regret "
+             f"<= {max_regret:.1%})", "",
+             "| buckets | geomean regret | max regret | " + " | ".join(fields) + " | |",
+             "|---|---|---|" + "---|" * len(fields) + "---|"]
+    chosen = result.chosen
+    for a in result.pareto:
+        mark = "**chosen**" if a.strategy == chosen.strategy else ""
+        lines.append(f"| {a.rows} | {percent(a.geomean_regret)} | {percent(a.max_regret)} | "
+                     + " | ".join(f"`{a.strategy[f]}`" for f in fields) + f" | {mark} |")
+    lines += ["", f"chosen: {chosen.rows} buckets for {sum(len(b.members) for b in chosen.buckets)}"
+              f" shapes, geomean regret {percent(chosen.geomean_regret)}, max "
+              f"{percent(chosen.max_regret)}", "",
+              "| bucket (M, N, K, stride_am, stride_bk, dtype) | shared config | members "
+              "(regret) |", "|---|---|---|"]
+    for b in chosen.buckets:
+        members = "; ".join(f"{m.shape} ({percent(r)})" for m, r in zip(b.members, b.regrets))
+        lines.append(f"| {', '.join(map(str, b.key))} | {config_label(b.config)} | {members} |")
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""Timing several configs on one shape, side by side, for `tune buckets` and `tune validate`.
+
+A config chosen for one shape may be refused by the kernel on another (TMA needs aligned
+strides), fail to compile for its specialization, or even compute wrongly there; so each
+config is first run alone through the executor, which checks it against the reference. The
+correct ones are then re-timed interleaved (Executor.retime: every round times each once, in
+rotating order), so that their ratios, the regrets, carry no clock or temperature drift.
+
+Configs run as the dispatcher would run them on the shape (tuner.dispatch.runnable_config):
+a padded config on a shape already aligned to its pad runs unpadded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuner.dispatch import runnable_config
+from tuner.execution import meta_gemm
+from tuner.executor import Executor
+from tuner.kernels.base import Kernel
+from tuner.shapes import Shape
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """One config's outcome on the shape: p50_ms is set only when it ran correctly."""
+    config: dict  # as asked (the runnable form may differ in pad)
+    status: str  # ok | unsupported | a trial status (compile_error, wrong, ...)
+    reason: str | None
+    p50_ms: float | None
+    method: str | None
+
+
+def time_side_by_side(executor: Executor, kernel: Kernel, shape: Shape, seed: int,
+                      configs: list[dict]) -> list[SideBySide]:
+    """Each config's outcome on `shape`, in order (on the executor's first device)."""
+    gemm = meta_gemm(shape)
+    runnable: dict[int, dict] = {}
+    outcomes: dict[int, SideBySide] = {}
+    for i, config in enumerate(configs):
+        launched, refusal = runnable_config(kernel, config, gemm)
+        if refusal:
+            outcomes[i] = SideBySide(config, "unsupported", refusal, None, None)
+        else:
+            runnable[i] = dict(launched)
+    compiles = {i: executor.submit_compile(shape, kernel.name, c) for i, c in runnable.items()}
+    correct = []
+    for i, config in runnable.items():
+        compiled = compiles[i].result()
+        result = (compiled if not isinstance(compiled, float)
+                  else executor.measure(0, shape, seed, kernel.name, config))
+        if result.status == "ok":
+            correct.append(i)
+        else:
+            outcomes[i] = SideBySide(configs[i], result.status, result.reason, None, None)
+    timings = executor.retime(0, shape, seed, kernel.name, [runnable[i] for i in correct])
+    if timings is None:  # the device worker was lost re-timing: no ratio can be trusted
+        timings = [None] * len(correct)
+    for i, timing in zip(correct, timings):
+        outcomes[i] = (SideBySide(configs[i], "ok", None, timing.p50_ms, timing.method)
+                       if timing else SideBySide(configs[i], "crashed", "lost while re-timing",
+                                                 None, None))
+    return [outcomes[i] for i in range(len(configs))]

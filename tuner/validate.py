@@ -1,0 +1,82 @@
+"""`tune validate`: what an exported table costs on shapes it was not tuned for.
+
+For each hold-out shape, the config the runtime would launch (tuner.runtime.get_tuned_config
+on the table, then what the dispatcher does with it) is timed side by side with the winner of
+a fresh short tune of that very shape (tuner.cross_timing). The regret, runtime time / tuned
+time - 1, says how much a deployment loses on the shape by not having tuned it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.bucketing_job import percent
+from tuner.cross_timing import SideBySide
+from tuner.dispatch import runnable_config
+from tuner.execution import meta_gemm
+from tuner.kernels import kernel_for
+from tuner.kernels.base import config_label
+from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
+from tuner.shapes import Shape
+
+
+@dataclass(frozen=True)
+class RuntimePick:
+    config: dict
+    source: str  # which lookup answered (tuner.runtime), or that the dispatcher fell back
+
+
+def runtime_pick(table: Path, shape: Shape) -> RuntimePick:
+    """The config a deployment with this table launches for the shape."""
+    kernel = kernel_for(shape.M, shape.N)
+    key = shape.key()
+    answer = get_tuned_config(kernel.name, M=shape.M, N=shape.N, K=shape.K, dtype=shape.dtype,
+                              stride_am=key["stride_am"], stride_bk=key["stride_bk"], path=table)
+    config, refusal = runnable_config(kernel, answer, meta_gemm(shape))
+    if refusal:
+        return RuntimePick(dict(DEFAULT_CONFIGS[kernel.name]), f"default ({answer.source} "
+                           f"config refused: {refusal})")
+    return RuntimePick(dict(config), answer.source)
+
+
+@dataclass(frozen=True)
+class Validation:
+    shape: Shape
+    pick: RuntimePick
+    tuned: dict
+    runtime: SideBySide
+    fresh: SideBySide
+
+    @property
+    def regret(self) -> float:
+        if self.runtime.p50_ms is None or self.fresh.p50_ms is None:
+            return math.inf
+        return self.runtime.p50_ms / self.fresh.p50_ms - 1
+
+
+def summary(rows: list[Validation]) -> tuple[float, float]:
+    """Geometric-mean regret (weighted by the CSV's weights) and worst regret."""
+    regrets = [r.regret for r in rows]
+    if any(math.isinf(r) for r in regrets):
+        return math.inf, math.inf
+    weights = [r.shape.weight for r in rows]
+    log_mean = sum(w * math.log1p(r) for r, w in zip(regrets, weights)) / sum(weights)
+    return math.expm1(log_mean), max(regrets)
+
+
+def report(table: Path, rows: list[Validation], device: str, trials: int) -> str:
+    geomean, worst = summary(rows)
+    lines = [f"# hold-out validation of {table} on {device}", "",
+             f"Each shape: the runtime's config against the winner of a fresh {trials}-trial "
+             "tune of the shape, timed side by side (interleaved, L2 flushed, checked).", "",
+             "| shape | runtime answer | runtime config | fresh tune's config | runtime ms | "
+             "tuned ms | regret |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ms = [f"{t.p50_ms:.4f}" if t.p50_ms else t.status for t in (r.runtime, r.fresh)]
+        lines.append(f"| {r.shape} | {r.pick.source} | {config_label(r.pick.config)} | "
+                     f"{config_label(r.tuned)} | {ms[0]} | {ms[1]} | {percent(r.regret)} |")
+    lines += ["", f"{len(rows)} shapes: geomean regret {percent(geomean)}, max "
+              f"{percent(worst)}"]
+    return "\n".join(lines)
+
