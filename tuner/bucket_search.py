@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -135,7 +135,8 @@ class _Regrets:
         return self.chosen[group]
 
 
-def _weighted_geomean_regret(regrets: Sequence[float], weights: Sequence[float]) -> float:
+def weighted_geomean_regret(regrets: Sequence[float], weights: Sequence[float]) -> float:
+    """exp(weighted mean of log(1 + regret)) - 1; infinite if any regret is."""
     if any(math.isinf(r) for r in regrets):
         return math.inf
     log_sum = sum(w * math.log1p(r) for r, w in zip(regrets, weights))
@@ -170,7 +171,7 @@ class _Scorer:
             weights += [self.members[i].shape.weight for i in sorted(indices)]
         coarseness = sum(self.candidates[f].index(strategy[f]) for f in SEARCHED_FIELDS)
         return Assessment({**strategy, "dtype": "default"}, tuple(buckets),
-                          _weighted_geomean_regret(regrets, weights), max(regrets), coarseness)
+                          weighted_geomean_regret(regrets, weights), max(regrets), coarseness)
 
 
 def _every_assignment(candidates: Mapping[str, Sequence[str]]) -> Iterator[dict[str, str]]:
@@ -220,8 +221,7 @@ class SearchResult:
 
 
 def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Sequence[str]],
-           max_regret: float, seed: int = 0,
-           on_progress: Callable[[int, int], None] = lambda done, total: None) -> SearchResult:
+           max_regret: float, seed: int = 0) -> SearchResult:
     """The assignment with the fewest buckets whose worst regret is within max_regret (ties:
     the lower geomean regret, then the finer strategies), and the Pareto table.
 
@@ -231,24 +231,21 @@ def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Seq
     All-exact (each candidate list's first entry should be `default`) always qualifies: it
     has no regret."""
     scorer = _Scorer(members, times, candidates)
-    total = math.prod(len(candidates[f]) for f in SEARCHED_FIELDS)
-    if total <= EXHAUSTIVE_LIMIT:
+    if math.prod(len(candidates[f]) for f in SEARCHED_FIELDS) <= EXHAUSTIVE_LIMIT:
         assessments: Iterator[Assessment] = map(scorer.assess, _every_assignment(candidates))
     else:
-        total = SAMPLED_ASSIGNMENTS
         assessments = _sampled_assessments(scorer, candidates, seed)
     by_partition: dict[frozenset, Assessment] = {}
-    for done, assessment in enumerate(assessments, 1):
+    for assessment in assessments:
         part = _partition(assessment)
         kept = by_partition.get(part)
         if kept is None or assessment.coarseness < kept.coarseness:
             by_partition[part] = assessment
-        if done % 1000 == 0 or done == total:
-            on_progress(done, total)
     distinct = list(by_partition.values())
     within = [a for a in distinct if a.max_regret <= max_regret]
     if not within:
-        raise BucketSearchError(f"no assignment of the candidate strategies keeps every shape within "
-                         f"{max_regret:.1%} (list 'default' first among each field's candidates)")
+        raise BucketSearchError(
+            f"no assignment of the candidate strategies keeps every shape within "
+            f"{max_regret:.1%} (list 'default' first among each field's candidates)")
     chosen = min(within, key=lambda a: (a.rows, a.geomean_regret, a.coarseness))
     return SearchResult(chosen, tuple(_pareto_front(distinct)))

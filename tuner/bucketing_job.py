@@ -56,9 +56,9 @@ def exact_members(winners: Sequence[Winner], shapes: Sequence[Shape]) -> list[Me
 
 
 def gather_times(store: Store, device: Device, kernel_row: KernelVersion,
-                 needed: Mapping[Shape, list[dict]], seed: int,
+                 needed: Mapping[Shape, list[dict]],
                  timer: Callable[[Shape, list[dict]], list],
-                 on_shape: Callable[[Shape, bool], None] = lambda shape, measured: None) -> Times:
+                 on_shape: Callable[[Shape], None] = lambda shape: None) -> Times:
     """Every needed (shape, config) time: from the database where the shape has them all,
     else timed side by side now (timer: tuner.cross_timing.time_side_by_side bound to an
     executor and kernel) and stored config by config."""
@@ -75,7 +75,7 @@ def gather_times(store: Store, device: Device, kernel_row: KernelVersion,
         for config in configs:
             row = stored[params_key(config)]
             times[shape, signature(config)] = row.p50_ms if row.status == "ok" else None
-        on_shape(shape, bool(missing))
+        on_shape(shape)
     return times
 
 

@@ -47,10 +47,10 @@ def one_line_errors(command):
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         from tuner.backends import NoGpuError
-        from tuner.db.session import DatabaseError
         from tuner.bucket_search import BucketSearchError
         from tuner.bucketing import BucketingError
         from tuner.bucketing_job import SharingError
+        from tuner.db.session import DatabaseError
         from tuner.export import ExportError
         from tuner.replay import ReplayError
         try:
@@ -456,7 +456,7 @@ def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, 
     needed = {k: needed_configs(ms, per_field) for k, ms in by_kernel.items()}
     to_time = sum(any(params_key(c) not in store.cross_timings(device, kernel_rows[k], shape)
                       for c in configs)
-                  for k, shapes_needed in needed.items() for shape, configs in shapes_needed.items())
+                  for k, per_shape in needed.items() for shape, configs in per_shape.items())
     pairs = sum(len(c) for n in needed.values() for c in n.values())
     click.echo(f"{len(members)} shapes, {pairs} (shape, config) timings needed; {to_time} shapes "
                "to time", err=True)
@@ -471,12 +471,11 @@ def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, 
         with Progress(console=Console(stderr=True)) as progress:
             task = progress.add_task("timing shapes", total=len(members))
             for kernel_name, kernel_needed in needed.items():
-                kernel = KERNELS[kernel_name]
                 times = gather_times(
-                    store, device, kernel_rows[kernel_name], kernel_needed, seed,
-                    timer=lambda shape, configs: time_side_by_side(executor, kernel, shape,
-                                                                   seed, configs),
-                    on_shape=lambda shape, measured: progress.advance(task))
+                    store, device, kernel_rows[kernel_name], kernel_needed,
+                    timer=lambda shape, configs, kernel=KERNELS[kernel_name]: time_side_by_side(
+                        executor, kernel, shape, seed, configs),
+                    on_shape=lambda shape: progress.advance(task))
                 results[kernel_name] = search(by_kernel[kernel_name], times, per_field,
                                               max_regret, seed)
     finally:
@@ -487,7 +486,7 @@ def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, 
         store.save_bucketing(device, kernel_rows[kernel_name], result.chosen.strategy,
                              max_regret, buckets_json, pareto_json, shapes_path)
         click.echo(pareto_markdown(kernel_name, result, max_regret) + "\n")
-    click.echo(f"stored; `tune export` now writes one row per bucket", err=True)
+    click.echo("stored; `tune export` now writes one row per bucket", err=True)
 
 
 @main.command()
@@ -520,6 +519,7 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
     from tuner.db.session import optuna_storage, resolve_url, session_factory
     from tuner.db.store import Store
     from tuner.executor import Executor, ExecutorOptions
+    from tuner.export import current_only
     from tuner.kernels import KERNELS, kernel_for
     from tuner.pipeline import TuneJob
     from tuner.planning import plan_studies
@@ -540,9 +540,10 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
             TuneJob(store, optuna_storage(url), executor, spaces, budget, False,
                     reporter).run(plans, sys.argv)
         info = executor.device_info()
+        current, _ = current_only(store.winners(),
+                                  {n: k.source_hash for n, k in KERNELS.items()})
         winners = {(w.kernel.name, tuple(w.key.values())): dict(w.trial.params)
-                   for w in store.winners() if w.device.fingerprint == info.fingerprint
-                   and w.kernel.source_hash == KERNELS[w.kernel.name].source_hash}
+                   for w in current if w.device.fingerprint == info.fingerprint}
         rows = []
         for plan in plans:
             tuned = winners.get((plan.kernel, tuple(plan.key.values())))

@@ -31,6 +31,7 @@ from tuner.kernels.launches import Replay
 from tuner.kernels.padding import pad_changes_nothing
 from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
 
+
 @dataclass
 class _Call:
     """What the dispatcher decided for one call key (`_call_key`), and how it launches."""

@@ -26,6 +26,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 
@@ -215,9 +216,6 @@ def _show_log_lines() -> None:
             _LOG.setLevel(logging.INFO)
 
 
-_UNLOADED = object()  # a model function not looked for yet
-
-
 class TunedTable:
     """One loaded table file (or none: every key gets its default), and its answers so far."""
 
@@ -228,8 +226,6 @@ class TunedTable:
         self.memo: dict[tuple, TunedConfig] = {}
         # Per op, once the model was needed: its picker (None: the model cannot answer).
         self.model_pickers: dict[str, Callable[[Mapping], TunedConfig | None] | None] = {}
-        # The model's choice among nearest buckets, loaded on first need (None: no model).
-        self.fastest: Callable[[Mapping, list], int] | None | object = _UNLOADED
         self.log = os.environ.get(LOG_ENV_VAR) == "1"
         if self.log:
             _show_log_lines()
@@ -275,8 +271,6 @@ class TunedTable:
             return config
         neighbours = op_table.nearest(key)
         if len(neighbours) > 1:
-            if self.fastest is _UNLOADED:
-                self.fastest = _fastest_predicted(self.device_name)
             return neighbours[0 if self.fastest is None else self.fastest(key, neighbours)]
         if neighbours:
             return neighbours[0]
@@ -284,6 +278,11 @@ class TunedTable:
             self.model_pickers[op] = _model_picker(op, op_table.configs, self.device_name)
         pick = self.model_pickers[op]
         return None if pick is None else pick(key)
+
+    @cached_property
+    def fastest(self) -> Callable[[Mapping, list], int] | None:
+        """The model's choice among nearest buckets, loaded on first need (None: no model)."""
+        return _fastest_predicted(self.device_name)
 
     def _log_answer(self, op: str, key: dict, config: TunedConfig) -> None:
         answer = config.source if config.bucket is None else (f"{config.source} bucket "

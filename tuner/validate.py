@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.bucket_search import weighted_geomean_regret
 from tuner.bucketing_job import percent
 from tuner.cross_timing import SideBySide
 from tuner.dispatch import runnable_config
@@ -30,9 +31,7 @@ class RuntimePick:
 def runtime_pick(table: Path, shape: Shape) -> RuntimePick:
     """The config a deployment with this table launches for the shape."""
     kernel = kernel_for(shape.M, shape.N)
-    key = shape.key()
-    answer = get_tuned_config(kernel.name, M=shape.M, N=shape.N, K=shape.K, dtype=shape.dtype,
-                              stride_am=key["stride_am"], stride_bk=key["stride_bk"], path=table)
+    answer = get_tuned_config(kernel.name, **shape.key(), path=table)
     config, refusal = runnable_config(kernel, answer, meta_gemm(shape))
     if refusal:
         return RuntimePick(dict(DEFAULT_CONFIGS[kernel.name]), f"default ({answer.source} "
@@ -58,11 +57,7 @@ class Validation:
 def summary(rows: list[Validation]) -> tuple[float, float]:
     """Geometric-mean regret (weighted by the CSV's weights) and worst regret."""
     regrets = [r.regret for r in rows]
-    if any(math.isinf(r) for r in regrets):
-        return math.inf, math.inf
-    weights = [r.shape.weight for r in rows]
-    log_mean = sum(w * math.log1p(r) for r, w in zip(regrets, weights)) / sum(weights)
-    return math.expm1(log_mean), max(regrets)
+    return weighted_geomean_regret(regrets, [r.shape.weight for r in rows]), max(regrets)
 
 
 def report(table: Path, rows: list[Validation], device: str, trials: int) -> str:
