@@ -10,6 +10,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tuner.db.models import Base
+from tuner.errors import UserError
 
 DEFAULT_URL = "sqlite:///tune.db"
 # SQLite waits this long for a lock held by another local process instead of failing.
@@ -19,7 +20,7 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 _SCHEMA_LOCK = 0x74756E65  # "tune"
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(UserError, RuntimeError):
     """The database URL is malformed, its driver is missing, or it cannot be reached."""
 
 

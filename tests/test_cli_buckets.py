@@ -72,3 +72,20 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     assert "| 36x48x64 bf16 nn | table |" in text  # in the 40/33 bucket
     assert "| 20x48x64 bf16 nn | nearest |" in text  # log bucket 32: never tuned
     assert "2 shapes: geomean regret" in validated.output
+
+
+def test_interpret_backend_needs_no_environment_variable(tmp_path):
+    """`--backend interpret` sets TRITON_INTERPRET itself, so nothing the command imports
+    before that (its error handling included) may pull in triton: in a fresh process without
+    the variable, the command gets as far as its own input check."""
+    import subprocess
+    import sys
+
+    (tmp_path / "shapes.csv").write_text(SHAPES)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", "from tuner.cli import main; main()", "buckets",
+         "--shapes", str(tmp_path / "shapes.csv"), "--db", f"sqlite:///{tmp_path / 'empty.db'}", "--backend", "interpret"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1
+    assert "no winners in the database" in done.stderr and "TRITON_INTERPRET" not in done.stderr

@@ -17,12 +17,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from tuner.errors import UserError
+
 # Hopper's opt-in shared memory per block: the interpreter applies the same feasibility
 # check as an H100/H200, so a space behaves alike on both backends.
 HOPPER_SMEM_PER_BLOCK = 232448
 
 
-class NoGpuError(RuntimeError):
+class NoGpuError(UserError, RuntimeError):
     """The GPU backend was asked for on a machine where torch sees no CUDA device."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tuner.bucketing import BUILTIN_STRATEGIES, KEY_FIELDS, strategy_function
+from tuner.errors import UserError
 from tuner.search import config_signature as signature
 from tuner.shapes import Shape
 
@@ -41,7 +42,7 @@ SAMPLED_ASSIGNMENTS = 4_000
 Times = Mapping[tuple[Shape, tuple], "float | None"]
 
 
-class BucketSearchError(ValueError):
+class BucketSearchError(UserError, ValueError):
     """No assignment of the candidate strategies keeps the shapes within the budget."""
 
 

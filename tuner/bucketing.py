@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from tuner.errors import UserError
+
 KEY_FIELDS: tuple[str, ...] = ("M", "N", "K", "stride_am", "stride_bk", "dtype")
 
 MODULES_ENV_VAR = "TUNE_STRATEGY_MODULES"
@@ -34,7 +36,7 @@ STRATEGY_FORMS = ("default, align8, align16, align32, align64, align128, log, "
 Strategy = Callable[[int], int]
 
 
-class BucketingError(ValueError):
+class BucketingError(UserError, ValueError):
     """A strategy name that names no strategy, or a registration that would be ambiguous."""
 
 

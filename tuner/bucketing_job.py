@@ -14,11 +14,12 @@ from tuner.bucket_search import Member, SearchResult, Times, signature
 from tuner.bucketing import bucket_key
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store, params_key
+from tuner.errors import UserError
 from tuner.kernels import kernel_for
 from tuner.shapes import Shape
 
 
-class SharingError(RuntimeError):
+class SharingError(UserError, RuntimeError):
     """The listed shapes cannot be bucketed yet (e.g. some were never tuned)."""
 
 

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from tuner.shapes import ShapesError, load_shapes
-from tuner.space import SpaceError
+from tuner.errors import UserError
+from tuner.shapes import load_shapes
 
 # Configs in flight per study unless --batch says otherwise: enough compiling at once to keep
 # one GPU measuring, few enough that the sampler still learns from most of what it proposed.
@@ -46,17 +46,9 @@ def one_line_errors(command):
     """Turn the tool's own input and environment errors into click's one-line 'Error: ...'."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from tuner.backends import NoGpuError
-        from tuner.bucket_search import BucketSearchError
-        from tuner.bucketing import BucketingError
-        from tuner.bucketing_job import SharingError
-        from tuner.db.session import DatabaseError
-        from tuner.export import ExportError
-        from tuner.replay import ReplayError
         try:
             return command(*args, **kwargs)
-        except (ShapesError, SpaceError, NoGpuError, DatabaseError, ExportError,
-                ReplayError, BucketingError, BucketSearchError, SharingError) as e:
+        except UserError as e:
             raise click.ClickException(str(e)) from None
     return wrapper
 

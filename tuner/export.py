@@ -18,6 +18,7 @@ import yaml
 
 from tuner.bucketing import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, Winner
+from tuner.errors import UserError
 from tuner.runtime import TABLE_FORMAT
 from tuner.space import KERNEL_PARAMS
 
@@ -29,7 +30,7 @@ EXPAND_OP_NAMES = {"general": "mm_general_tma", "tma": "mm_general_tma",
 _LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
 
 
-class ExportError(RuntimeError):
+class ExportError(UserError, RuntimeError):
     """Nothing, or nothing unambiguous, to export."""
 
 

@@ -26,6 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.backends import DeviceInfo
+from tuner.errors import UserError
 from tuner.execution import meta_gemm
 from tuner.kernels import KERNELS, kernel_variants
 from tuner.samplers import make_sampler
@@ -34,7 +35,7 @@ from tuner.shapes import Shape
 from tuner.space import SearchSpace, parse_space
 
 
-class ReplayError(ValueError):
+class ReplayError(UserError, ValueError):
     """A recording that cannot be read or replayed; the message names it."""
 
 

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner.dtypes import DTYPES
+from tuner.errors import UserError
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 REQUIRED_COLUMNS = ("M", "N", "K", "dtype")
 OPTIONAL_COLUMNS = ("layout", "weight")
 
 
-class ShapesError(ValueError):
+class ShapesError(UserError, ValueError):
     """A shapes CSV that cannot be used; the message is one line naming file and line."""
 
 

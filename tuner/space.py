@@ -22,13 +22,14 @@ from pathlib import Path
 import yaml
 
 from tuner.bucketing import KEY_FIELDS, STRATEGY_FORMS, BucketingError, strategy_function
+from tuner.errors import UserError
 
 # Parameters of every kernel rather than of one variant's Triton code: which variant runs,
 # and the padding applied before it (kernels/base.py).
 KERNEL_PARAMS = ("variant", "pad")
 
 
-class SpaceError(ValueError):
+class SpaceError(UserError, ValueError):
     """A search-space YAML that cannot be used."""
 
 
