@@ -71,6 +71,23 @@ def test_a_config_that_cannot_run_a_member_is_never_shared():
         search([a, b], times, {f: ("log",) for f in SEARCHED_FIELDS}, max_regret=0.01)
 
 
+def test_widening_must_merge_more_shapes_than_it_leaves_alone_in_wide_buckets():
+    def cheap_sharing(members):
+        return {(m.shape, signature(o.winner)): 1.0 if m is o else 1.005
+                for m in members for o in members}
+
+    # log joins 3 and 4 (one row saved) but leaves 7 alone in the bucket 5..8: no gain.
+    members = [member(3), member(4), member(7)]
+    result = search(members, cheap_sharing(members), FINE_AND_LOG, max_regret=0.02)
+    assert result.chosen.strategy["M"] == "default" and result.chosen.rows == 3
+    log = next(a for a in result.pareto if a.strategy["M"] == "log")
+    assert (log.rows, log.widened, log.size) == (2, 1, 3)
+    # with 8 listed too, log's buckets 3..4 and 5..8 each hold two shapes: 2 rows for 4.
+    members.append(member(8))
+    chosen = search(members, cheap_sharing(members), FINE_AND_LOG, max_regret=0.02).chosen
+    assert chosen.strategy["M"] == "log" and (chosen.rows, chosen.widened) == (2, 0)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 64), min_size=2, max_size=6, unique=True),
        st.data(), st.floats(0, 0.3))
@@ -85,9 +102,10 @@ def test_the_choice_keeps_the_budget_and_the_front_is_undominated(ms, data, budg
     assert result.chosen.max_regret <= budget
     assert result.chosen.rows <= len(members)
     assert sum(len(b.members) for b in result.chosen.buckets) == len(members)
-    scores = [(a.rows, a.geomean_regret, a.max_regret) for a in result.pareto]
+    scores = [(a.rows, a.widened, a.geomean_regret, a.max_regret) for a in result.pareto]
     for x in scores:
         assert not any(y != x and all(p <= q for p, q in zip(y, x)) for y in scores)
     # all exact has no regret: it is on the front, or a merge costing nothing beats it
-    assert any(worst == 0.0 and rows <= len(members) for rows, _, worst in scores)
+    assert any(worst == 0.0 and rows <= len(members) for rows, _, _, worst in scores)
+    assert result.chosen.size <= len(members)  # never larger than all exact
     assert all(math.isfinite(a.max_regret) for a in result.pareto)

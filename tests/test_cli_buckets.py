@@ -19,8 +19,10 @@ params: {variant: [general], pad: [0], BLOCK_M: [16, 32], BLOCK_N: [16], BLOCK_K
 strategy: {M: default, N: default, K: default, stride_am: default, stride_bk: default,
            dtype: default}
 """
-# 40 and 33 rows share a `log` bucket (64); 16 rows stay alone.
-SHAPES = "M,N,K,dtype,layout\n40,48,64,bf16,nn\n33,48,64,bf16,nn\n16,48,64,bf16,nn\n"
+# 40, 33 and 35 rows share a `log` bucket (64); 16 rows stay alone in a widened bucket (15..16),
+# so `log` makes 2 rows and 1 widened singleton, smaller than the 4 exact rows.
+SHAPES = ("M,N,K,dtype,layout\n40,48,64,bf16,nn\n33,48,64,bf16,nn\n35,48,64,bf16,nn\n"
+          "16,48,64,bf16,nn\n")
 HOLDOUT = "M,N,K,dtype,layout\n36,48,64,bf16,nn\n20,48,64,bf16,nn\n"
 
 
@@ -54,24 +56,32 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     assert len(mm["entries"]) == 2 and mm["strategy"]["M"] == "log"
     exact = tmp_path / "exact.yaml"
     tune(tmp_path, "export", "--format", "table", "--exact", "-o", str(exact))
-    assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 3
+    assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 4
 
     runtime.clear_cache()
     by_bucket = {bucket_key(e["key"], mm["strategy"]): e["config"] for e in mm["entries"]}
-    for m in (40, 33, 16):
+    for m in (40, 33, 35, 16):
         key = {"M": m, "N": 48, "K": 64, "stride_am": 64, "stride_bk": 48, "dtype": "bf16"}
         answer = runtime.get_tuned_config("mm", **key, path=table)
         assert answer.source == "table"
         assert dict(answer) == by_bucket[bucket_key(key, mm["strategy"])]
 
     report = tmp_path / "holdout.md"
-    validated = tune(tmp_path, "validate", "--config", str(table), "--shapes",
-                     str(tmp_path / "holdout.csv"), "--trials", "2", "--backend", "interpret",
-                     "-o", str(report))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TUNE_VALIDATE_DB", raising=False)
+    validated = CliRunner().invoke(main, ["validate", "--config", str(table), "--shapes",
+                                          str(tmp_path / "holdout.csv"), "--trials", "2",
+                                          "--backend", "interpret", "-o", str(report)],
+                                   catch_exceptions=False)
+    assert validated.exit_code == 0, validated.output
     text = report.read_text()
-    assert "| 36x48x64 bf16 nn | table |" in text  # in the 40/33 bucket
+    assert "| 36x48x64 bf16 nn | table |" in text  # in the 40/33/35 bucket
     assert "| 20x48x64 bf16 nn | nearest |" in text  # log bucket 32: never tuned
     assert "2 shapes: geomean regret" in validated.output
+    # The fresh tunes went to validate.db: the tuning database still exports its 4 keys only.
+    assert (tmp_path / "validate.db").exists()
+    tune(tmp_path, "export", "--format", "table", "--exact", "-o", str(exact))
+    assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 4
 
 
 def test_interpret_backend_needs_no_environment_variable(tmp_path):
@@ -85,7 +95,8 @@ def test_interpret_backend_needs_no_environment_variable(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run(
         [sys.executable, "-c", "from tuner.cli import main; main()", "buckets",
-         "--shapes", str(tmp_path / "shapes.csv"), "--db", f"sqlite:///{tmp_path / 'empty.db'}", "--backend", "interpret"],
+         "--shapes", str(tmp_path / "shapes.csv"), "--db", f"sqlite:///{tmp_path / 'empty.db'}",
+         "--backend", "interpret"],
         capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 1
     assert "no winners in the database" in done.stderr and "TRITON_INTERPRET" not in done.stderr

@@ -9,14 +9,23 @@ runs a bucket-mate's config instead of its own winner loses
 Given each shape's time with every config it could share (tuner.cross_timing measures them),
 this module picks each bucket's config, the one whose worst weighted regret over the members
 is least; scores an assignment by its buckets, geometric-mean regret and worst regret; and
-searches the assignments for the one with the fewest buckets within the user's regret budget,
-returning the Pareto table of the others. Pure computation: no GPU, no database.
+searches the assignments for the smallest table within the user's regret budget, returning the
+Pareto table of the others. Pure computation: no GPU, no database.
+
+A table's size counts its rows plus its widened singletons: buckets that hold one listed shape
+yet reach keys around it (any field whose strategy joins the shape's value with a neighbour).
+Such a bucket answers those keys with a config measured only on its one shape, where the
+runtime's fallback for a key outside every bucket, the model's choice among the nearest tuned
+configs, would answer them better. On an H200 (benchmarks/results/h200-issue6/
+nearest_fallback.md), hold-out shapes answered with the closest tuned shape's config lost
+10.8% in geomean; the model's choice among the nearest six lost 2.2%. Widening pays off
+only where it merges more shapes than the singletons it widens.
 """
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -69,10 +78,16 @@ class Assessment:
     geomean_regret: float  # weighted by the CSV's weights
     max_regret: float
     coarseness: int  # the sum of each field's position in its candidate list
+    widened: int  # buckets of one listed shape that also answer keys around it
 
     @property
     def rows(self) -> int:
         return len(self.buckets)
+
+    @property
+    def size(self) -> int:
+        """What the search minimises: rows, plus the widened singletons (see the module)."""
+        return self.rows + self.widened
 
 
 def could_share(a: Shape, b: Shape, candidates: Mapping[str, Sequence[str]]) -> bool:
@@ -154,6 +169,9 @@ class _Scorer:
         keys = [m.shape.key() for m in members]
         self.bucketed = {(f, s): [strategy_function(s)(k[f]) for k in keys]
                          for f in SEARCHED_FIELDS for s in candidates[f]}
+        # (field, strategy) -> per member, whether the strategy joins its value with a neighbour
+        self.widens = {(f, s): [_joins_a_neighbour(strategy_function(s), k[f]) for k in keys]
+                       for f in SEARCHED_FIELDS for s in candidates[f]}
         self.dtypes = [k["dtype"] for k in keys]
 
     def assess(self, strategy: Mapping[str, str]) -> Assessment:
@@ -171,8 +189,18 @@ class _Scorer:
             regrets += group_regrets
             weights += [self.members[i].shape.weight for i in sorted(indices)]
         coarseness = sum(self.candidates[f].index(strategy[f]) for f in SEARCHED_FIELDS)
+        widened = sum(any(self.widens[f, strategy[f]][indices[0]] for f in SEARCHED_FIELDS)
+                      for indices in groups.values() if len(indices) == 1)
         return Assessment({**strategy, "dtype": "default"}, tuple(buckets),
-                          weighted_geomean_regret(regrets, weights), max(regrets), coarseness)
+                          weighted_geomean_regret(regrets, weights), max(regrets), coarseness,
+                          widened)
+
+
+def _joins_a_neighbour(strategy: Callable[[int], int], value: int) -> bool:
+    """Whether the bucket of `value` also holds value - 1 or value + 1 (strategies bucket
+    monotonically, so a bucket that holds any other value holds a neighbour)."""
+    bucket = strategy(value)
+    return (value > 0 and strategy(value - 1) == bucket) or strategy(value + 1) == bucket
 
 
 def _every_assignment(candidates: Mapping[str, Sequence[str]]) -> Iterator[dict[str, str]]:
@@ -203,10 +231,11 @@ def _partition(assessment: Assessment) -> frozenset:
 
 
 def _pareto_front(assessments: Sequence[Assessment]) -> list[Assessment]:
-    """Those no other beats or ties on all of buckets, geomean and worst regret, by buckets.
-    In lexicographic order a dominating assessment comes first, so one pass suffices."""
-    def scores(a: Assessment) -> tuple[int, float, float]:
-        return a.rows, a.geomean_regret, a.max_regret
+    """Those no other beats or ties on all of rows, widened singletons, geomean and worst
+    regret, by rows. In lexicographic order a dominating assessment comes first, so one pass
+    suffices."""
+    def scores(a: Assessment) -> tuple[int, int, float, float]:
+        return a.rows, a.widened, a.geomean_regret, a.max_regret
 
     front: list[Assessment] = []
     for a in sorted(assessments, key=scores):
@@ -217,18 +246,19 @@ def _pareto_front(assessments: Sequence[Assessment]) -> list[Assessment]:
 
 @dataclass(frozen=True)
 class SearchResult:
-    chosen: Assessment  # the fewest buckets within the budget
+    chosen: Assessment  # the least size within the budget
     pareto: tuple[Assessment, ...]  # by buckets, none worse than another on all three scores
 
 
 def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Sequence[str]],
            max_regret: float, seed: int = 0) -> SearchResult:
-    """The assignment with the fewest buckets whose worst regret is within max_regret (ties:
-    the lower geomean regret, then the finer strategies), and the Pareto table.
+    """The assignment of the least size (rows plus widened singletons) whose worst regret is
+    within max_regret (ties: the lower geomean regret, then the finer strategies), and the
+    Pareto table.
 
-    Assignments that bucket the listed shapes alike count once, as the finest of them: a
-    bucket wider than the listed shapes need would hand unlisted shapes a config nobody
-    measured against them, where the runtime's nearest-bucket fallback picks by distance.
+    Assignments that bucket the listed shapes alike count once, as the one widening fewest
+    singletons, then the finest: a bucket wider than the listed shapes need hands unlisted
+    shapes a config nobody measured against them, where the runtime's fallback would choose.
     All-exact (each candidate list's first entry should be `default`) always qualifies: it
     has no regret."""
     scorer = _Scorer(members, times, candidates)
@@ -240,7 +270,8 @@ def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Seq
     for assessment in assessments:
         part = _partition(assessment)
         kept = by_partition.get(part)
-        if kept is None or assessment.coarseness < kept.coarseness:
+        if kept is None or ((assessment.widened, assessment.coarseness)
+                            < (kept.widened, kept.coarseness)):
             by_partition[part] = assessment
     distinct = list(by_partition.values())
     within = [a for a in distinct if a.max_regret <= max_regret]
@@ -248,5 +279,5 @@ def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Seq
         raise BucketSearchError(
             f"no assignment of the candidate strategies keeps every shape within "
             f"{max_regret:.1%} (list 'default' first among each field's candidates)")
-    chosen = min(within, key=lambda a: (a.rows, a.geomean_regret, a.coarseness))
+    chosen = min(within, key=lambda a: (a.size, a.geomean_regret, a.coarseness))
     return SearchResult(chosen, tuple(_pareto_front(distinct)))

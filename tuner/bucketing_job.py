@@ -92,7 +92,7 @@ def bucketing_record(result: SearchResult) -> tuple[list, list]:
                 "members": [{"shape": str(m.shape), "weight": m.shape.weight, "regret": r}
                             for m, r in zip(b.members, b.regrets)]}
                for b in chosen.buckets]
-    pareto = [{"strategy": a.strategy, "rows": a.rows,
+    pareto = [{"strategy": a.strategy, "rows": a.rows, "widened_singletons": a.widened,
                "geomean_regret": _json_number(a.geomean_regret),
                "max_regret": _json_number(a.max_regret), "chosen": a.strategy == chosen.strategy}
               for a in result.pareto]
@@ -110,16 +110,18 @@ def pareto_markdown(kernel: str, result: SearchResult, max_regret: float) -> str
     fields = ("M", "N", "K", "stride_am", "stride_bk")
     lines = [f"## {kernel}: bucketings on the Pareto front (budget: worst regret "
              f"<= {max_regret:.1%})", "",
-             "| buckets | geomean regret | max regret | " + " | ".join(fields) + " | |",
-             "|---|---|---|" + "---|" * len(fields) + "---|"]
+             "| buckets | widened singletons | geomean regret | max regret | "
+             + " | ".join(fields) + " | |",
+             "|---|---|---|---|" + "---|" * len(fields) + "---|"]
     chosen = result.chosen
     for a in result.pareto:
         mark = "**chosen**" if a.strategy == chosen.strategy else ""
-        lines.append(f"| {a.rows} | {percent(a.geomean_regret)} | {percent(a.max_regret)} | "
+        lines.append(f"| {a.rows} | {a.widened} | {percent(a.geomean_regret)} | "
+                     f"{percent(a.max_regret)} | "
                      + " | ".join(f"`{a.strategy[f]}`" for f in fields) + f" | {mark} |")
     lines += ["", f"chosen: {chosen.rows} buckets for {sum(len(b.members) for b in chosen.buckets)}"
-              f" shapes, geomean regret {percent(chosen.geomean_regret)}, max "
-              f"{percent(chosen.max_regret)}", "",
+              f" shapes ({chosen.widened} of them single shapes in widened buckets), geomean "
+              f"regret {percent(chosen.geomean_regret)}, max {percent(chosen.max_regret)}", "",
               "| bucket (M, N, K, stride_am, stride_bk, dtype) | shared config | members "
               "(regret) |", "|---|---|---|"]
     for b in chosen.buckets:

@@ -491,7 +491,10 @@ def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, 
               help="Trials of each hold-out shape's fresh tune (the reference).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Also write the report here (replaced atomically).")
-@db_option
+@click.option("--db", "db_url", envvar="TUNE_VALIDATE_DB", default="sqlite:///validate.db",
+              show_default=True, metavar="URL",
+              help="Where the fresh tunes go [env: TUNE_VALIDATE_DB]; not the tuning database "
+                   "(nor TUNE_DB), so the hold-out winners never reach a later export.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the sampler and inputs.")
 @backend_option
 @jobs_option
@@ -508,7 +511,7 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
 
     from tuner.bucketing_job import distinct_shapes
     from tuner.cross_timing import time_side_by_side
-    from tuner.db.session import optuna_storage, resolve_url, session_factory
+    from tuner.db.session import optuna_storage, session_factory
     from tuner.db.store import Store
     from tuner.executor import Executor, ExecutorOptions
     from tuner.export import current_only
@@ -523,13 +526,12 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
     picks = {shape: runtime_pick(Path(table_path), shape) for shape in shapes}  # bad table: now
     spaces = _load_spaces(())
     plans = plan_studies(shapes, spaces, kernel_for)
-    url = resolve_url(db_url)
-    store = Store(session_factory(url))
+    store = Store(session_factory(db_url))
     executor = Executor(ExecutorOptions(backend_name, devices, jobs, compile_timeout_s))
     try:
         with RichReporter(len(plans)) as reporter:
             budget = StudyBudget(trials, None, seed, min(jobs, MAX_DEFAULT_BATCH))
-            TuneJob(store, optuna_storage(url), executor, spaces, budget, False,
+            TuneJob(store, optuna_storage(db_url), executor, spaces, budget, False,
                     reporter).run(plans, sys.argv)
         info = executor.device_info()
         current, _ = current_only(store.winners(),
