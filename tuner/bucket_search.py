@@ -247,7 +247,7 @@ def _pareto_front(assessments: Sequence[Assessment]) -> list[Assessment]:
 @dataclass(frozen=True)
 class SearchResult:
     chosen: Assessment  # the least size within the budget
-    pareto: tuple[Assessment, ...]  # by buckets, none worse than another on all three scores
+    pareto: tuple[Assessment, ...]  # by rows, none worse than another on all four scores
 
 
 def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Sequence[str]],
