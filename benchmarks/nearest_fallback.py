@@ -75,11 +75,6 @@ def measure(args) -> None:
     Path(args.output).write_text(json.dumps({"device": info.name, "shapes": shapes}))
 
 
-def _shape(label: str) -> Shape:
-    sizes, dtype, layout = label.split()
-    return Shape(*map(int, sizes.split("x")), dtype, layout)
-
-
 def _table(path: Path, rows: dict, device: str) -> Path:
     """An exact table (one row per listed shape) of the given shapes' winners."""
     from tuner.export import write_atomic
@@ -87,7 +82,7 @@ def _table(path: Path, rows: dict, device: str) -> Path:
     ops: dict[str, dict] = {}
     for label, row in rows.items():
         op = ops.setdefault(row["kernel"], {"strategy": EXACT, "entries": []})
-        op["entries"].append({"key": _shape(label).key(), "config": row["own"]})
+        op["entries"].append({"key": Shape.from_label(label).key(), "config": row["own"]})
     # the device names the model's spec, with which the runtime chooses among nearest buckets
     write_atomic(path, {"format": runtime.TABLE_FORMAT, "device": {"name": device},
                         "ops": ops})
@@ -121,7 +116,7 @@ def _answers(shapes: dict, device: str, k: int,
         for i, (label, table_rows) in enumerate(asked):
             runtime.clear_cache()
             table = _table(tmp / f"{name}-{i}.yaml", table_rows, device)
-            regret = _regret(shapes[label], runtime_pick(table, _shape(label)).config)
+            regret = _regret(shapes[label], runtime_pick(table, Shape.from_label(label)).config)
             if regret is None:
                 missed.append(label)
             else:

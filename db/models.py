@@ -240,7 +240,8 @@ class Bucketing(Base):
     max_regret: Mapped[float]  # the budget it was chosen under
     # [{"key": bucket key, "config": ..., "members": [{"shape", "weight", "regret"}]}]
     buckets: Mapped[list]
-    # [{"strategy": ..., "rows", "geomean_regret", "max_regret", "chosen"}]
+    # [{"strategy": ..., "rows", "widened_singletons", "geomean_regret", "max_regret",
+    #   "chosen"}]
     pareto: Mapped[list]
     shapes_source: Mapped[str] = mapped_column(Text)  # the shapes CSV it was run on
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -42,6 +42,12 @@ def _key_filter(model, key: dict):
     return [getattr(model, f) == v for f, v in key.items()]
 
 
+def _shape_columns(shape: Shape) -> dict:
+    """The columns that name one exact shape in studies and cross timings."""
+    return dict(shape_M=shape.M, shape_N=shape.N, shape_K=shape.K, dtype=shape.dtype,
+                shape_layout=shape.layout)
+
+
 class Store:
     def __init__(self, sessions: sessionmaker[Session]):
         self.sessions = sessions
@@ -255,9 +261,7 @@ class Store:
     def shape_study(self, device: Device, kernel: KernelVersion, shape: Shape) -> Study | None:
         """The latest finished study that timed exactly this shape, with its trials."""
         query = (select(Study).filter_by(device_id=device.id, kernel_id=kernel.id,
-                                         status="done", shape_M=shape.M, shape_N=shape.N,
-                                         shape_K=shape.K, dtype=shape.dtype,
-                                         shape_layout=shape.layout)
+                                         status="done", **_shape_columns(shape))
                  .options(selectinload(Study.trials)).order_by(Study.id.desc()))
         with self.sessions() as s:
             return s.scalars(query).first()
@@ -266,9 +270,8 @@ class Store:
     def cross_timings(self, device: Device, kernel: KernelVersion,
                       shape: Shape) -> dict[str, CrossTiming]:
         """This shape's cross timings by params_key."""
-        query = select(CrossTiming).filter_by(
-            device_id=device.id, kernel_id=kernel.id, shape_M=shape.M, shape_N=shape.N,
-            shape_K=shape.K, dtype=shape.dtype, shape_layout=shape.layout)
+        query = select(CrossTiming).filter_by(device_id=device.id, kernel_id=kernel.id,
+                                              **_shape_columns(shape))
         with self.sessions() as s:
             return {row.params_key: row for row in s.scalars(query)}
 
@@ -276,9 +279,8 @@ class Store:
                           params: dict, status: str, reason: str | None,
                           p50_ms: float | None, timing_method: str | None) -> None:
         """Insert or replace one config's timing on one shape (committed at once)."""
-        unique = dict(device_id=device.id, kernel_id=kernel.id, shape_M=shape.M,
-                      shape_N=shape.N, shape_K=shape.K, dtype=shape.dtype,
-                      shape_layout=shape.layout, params_key=params_key(params))
+        unique = dict(device_id=device.id, kernel_id=kernel.id, **_shape_columns(shape),
+                      params_key=params_key(params))
         with self.sessions() as s:
             row = s.scalars(select(CrossTiming).filter_by(**unique)).first()
             if row is None:

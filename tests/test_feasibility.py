@@ -39,17 +39,11 @@ def triton_figures() -> list[tuple[str, dict, int]]:
     return figures
 
 
-def parse_shape(text: str) -> Shape:
-    """'4096x4096x4096 bf16 nn' -> Shape."""
-    dims, dtype, layout = text.split()
-    return Shape(*map(int, dims.split("x")), dtype, layout)
-
-
 @pytest.fixture(scope="module")
 def estimated() -> list[tuple[str, int, int]]:
     """(variant, estimate, Triton's figure) for each recorded compile."""
     mm = KERNELS["mm"]
-    return [(config["variant"], mm.smem_bytes(config, meta_gemm(parse_shape(shape))), actual)
+    return [(config["variant"], mm.smem_bytes(config, meta_gemm(Shape.from_label(shape))), actual)
             for shape, config, actual in triton_figures()]
 
 

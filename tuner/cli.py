@@ -411,8 +411,9 @@ def _show_failures(db_url, device_selector):
 def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, backend_name,
             jobs, compile_timeout_s):
     """Choose which listed shapes share a config: each shape is timed with the winners of the
-    shapes it could share a bucket with, then the bucketing with the fewest buckets whose
-    worst regret is within --max-regret is stored for `tune export`, with its Pareto table."""
+    shapes it could share a bucket with, then the smallest bucketing (rows plus single shapes
+    in widened buckets) whose worst regret is within --max-regret is stored for `tune export`,
+    with its Pareto table."""
     devices = _backend_devices(backend_name, None)  # before anything imports triton
 
     from rich.console import Console

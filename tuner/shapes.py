@@ -56,6 +56,14 @@ class Shape:
     def __str__(self) -> str:
         return f"{self.M}x{self.N}x{self.K} {self.dtype} {self.layout}"
 
+    @classmethod
+    def from_label(cls, label: str) -> Shape:
+        """The shape str() wrote ('4096x4096x4096 bf16 nn'; weight 1), as result files and
+        reports name shapes."""
+        sizes, dtype, layout = label.split()
+        M, N, K = map(int, sizes.split("x"))
+        return cls(M, N, K, dtype, layout)
+
 
 def _positive_int(text: str, column: str) -> int:
     try:
