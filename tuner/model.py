@@ -61,7 +61,7 @@ FP32_BYTES = 4  # accumulators and split-K partials
 # ---------------------------------------------------------------------------------------
 # Model constants: public figures, instruction counts, or stated assumptions. None was fitted
 # numerically to the anchor measurements (/work/shared/anchors), but three were picked among
-# plausible values with the anchors in view, and their comments say so: SCALAR_LOAD_SLOTS,
+# plausible values with measurements in view, and their comments say so: SCALAR_LOAD_SLOTS,
 # LOAD_LATENCY_S and INFLIGHT_BYTES_PER_SM.
 
 # Dense GEMMs sustain ~80% of the datasheet tensor peak: the peak assumes the boost clock,
@@ -96,11 +96,16 @@ STEP_BUBBLE_CYCLES = 64
 # over L2-hit latencies for reused panels (large GEMMs then run ~10% over the anchors).
 LOAD_LATENCY_S = 1.0e-6
 # Bytes one SM can keep in flight (the misses it can track; the hardware figure is not
-# public). An assumption: under twice the share of bandwidth × latency each SM needs when
-# all are busy (4.8 TB/s × 1 µs / 132 SMs ≈ 36 KB), so a kernel needs over half the SMs
-# streaming to reach peak bandwidth, and one on fewer is latency-bound: why small GEMMs
-# want split-K. Chosen with the anchors' small-M rows in view (64-112 busy SMs, 2-3 TB/s).
-INFLIGHT_BYTES_PER_SM = 64 * 1024
+# public): half of its 256 KB of L1 and shared memory, where cp.async and TMA land their
+# loads. About 3.5× the share of bandwidth × latency each SM needs when all are busy
+# (4.8 TB/s × 1 µs / 132 SMs ≈ 36 KB), so a kernel on fewer than a third of the SMs is
+# latency-bound: why GEMMs with very few tiles want split-K. Raised from 64 KB against H200
+# measurements: that bound held a deep 128×128 pipeline to half its measured speed, so the
+# model put split-K ahead of single-pass tiles that measured faster at M = 16-512. Its pick
+# among the measured configs of 52 H200 studies went from 0.891 to 0.922 of the best
+# (benchmarks/model_on_studies.py), on the exhaustive recording from 0.924 to 0.933; any
+# value from 96 to 192 KB ranks the same. The anchors' rows still hold (tests/test_model.py).
+INFLIGHT_BYTES_PER_SM = 128 * 1024
 # An outstanding miss holds a 128-byte L1 line slot whatever part of the line it wants, so
 # a tile row narrower than a line takes a whole slot.
 REQUEST_BYTES = 128

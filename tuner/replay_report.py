@@ -9,8 +9,10 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from tuner.model import DeviceSpec, predict_ms
 from tuner.replay import Recording, ReplayError, ShapeRecording, median_curve, model_ranking
 from tuner.search import config_signature
+from tuner.shapes import Shape
 
 CHECKPOINTS = (1, 4, 8, 12, 16, 24, 32, 40, 64)
 # The issue's goal for the default strategy: the median over shapes and seeds reaches these
@@ -43,6 +45,16 @@ def model_pick_ratios(recording: Recording) -> list[tuple[ShapeRecording, float,
         picked = shape_recording.tflops[config_signature(pick)]
         rows.append((shape_recording, shape_recording.best, picked))
     return rows
+
+
+def model_pick_among(shape: Shape, measured: Sequence[tuple[dict, float]],
+                     spec: DeviceSpec) -> float:
+    """Measured best / measured time of the config the model predicts fastest among the
+    measured ones: the choice the runtime's nearest fallback makes among a few configs, so
+    what a study's trials (whole space, non-exhaustive) say of the model's ranking."""
+    best = min(ms for _, ms in measured)
+    _, picked_ms = min(measured, key=lambda config_ms: predict_ms(shape, config_ms[0], spec))
+    return best / picked_ms
 
 
 def geomean(values: Sequence[float]) -> float:
