@@ -2,14 +2,16 @@
 model should choose among (tuner.runtime.NEAREST_BUCKETS).
 
     # on the GPU, once: every listed and hold-out shape timed with every winner of its
-    # kernel and dtype (the winners of both must be in --db: tune both CSVs into it)
+    # kernel and dtype, and every listed shape's alternates (the winners of both CSVs must be
+    # in --db: tune both into it)
     python benchmarks/nearest_fallback.py measure --db sqlite:///all.db \
         --shapes shapes.csv --holdout holdout.csv -o cross_timings.json
     # anywhere: the regrets, per number of nearest buckets
     python benchmarks/nearest_fallback.py report cross_timings.json
 
 `report` builds one-row-per-shape tables of the listed shapes, as `tune export --exact` writes
-them, and asks the runtime itself (tuner.validate.runtime_pick) for each shape's config:
+them (with their alternates, and again without), and asks the runtime itself
+(tuner.validate.runtime_pick) for each shape's config:
 - leave-one-out: each listed shape answered from a table of the other listed shapes;
 - hold-out: each hold-out shape answered from the table of all listed shapes.
 Regret is the answer's time over the shape's own winner's, both from the one side-by-side
@@ -28,7 +30,7 @@ from tuner import runtime
 from tuner.bucket_search import signature, weighted_geomean_regret
 from tuner.shapes import Shape
 
-NEAREST_COUNTS = (1, 2, 3, 4, 6, 8, 12)
+NEAREST_COUNTS = (1, 2, 3, 4, 5, 6, 8, 12)
 EXACT = {"M": "default", "N": "default", "K": "default", "stride_am": "default",
          "stride_bk": "default", "dtype": "default"}
 
@@ -43,12 +45,13 @@ def measure(args) -> None:
     from tuner.db.session import session_factory
     from tuner.db.store import Store
     from tuner.executor import Executor, ExecutorOptions
-    from tuner.export import current_only
+    from tuner.export import current_only, runner_ups, study_trials
     from tuner.kernels import KERNELS, kernel_for
     from tuner.shapes import load_shapes
 
     store = Store(session_factory(args.db))
     winners, _ = current_only(store.winners(), {n: k.source_hash for n, k in KERNELS.items()})
+    device = winners[0].device
     listed = distinct_shapes(load_shapes(args.shapes))
     holdout = distinct_shapes(load_shapes(args.holdout))
     members = exact_members(winners, listed + holdout)
@@ -58,16 +61,23 @@ def measure(args) -> None:
     try:
         for kernel_name in sorted({kernel_for(m.shape.M, m.shape.N).name for m in members}):
             mates = [m for m in members if kernel_for(m.shape.M, m.shape.N).name == kernel_name]
-            needed = {m.shape: list({signature(o.winner): o.winner for o in [m, *mates]
-                                     if o.shape.dtype == m.shape.dtype}.values())
+            trials = study_trials(store, device, kernel_rows[kernel_name])
+            # what an exact table of the listed shapes carries, as `tune export` writes it
+            alternates = {m.shape: runner_ups(trials(m.shape), m.winner)
+                          for m in mates if m.shape in listed}
+            needed = {m.shape: list({signature(c): c for o in [m, *mates]
+                                     if o.shape.dtype == m.shape.dtype
+                                     for c in [o.winner, *alternates.get(o.shape, ())]
+                                     }.values())
                       for m in mates}
-            times = gather_times(store, winners[0].device, kernel_rows[kernel_name], needed,
+            times = gather_times(store, device, kernel_rows[kernel_name], needed,
                                  lambda shape, configs, kernel=KERNELS[kernel_name]:
                                  time_side_by_side(executor, kernel, shape, 0, configs),
                                  lambda shape: print(f"timed {shape}", file=sys.stderr))
             for m in mates:
                 shapes[str(m.shape)] = {
                     "kernel": kernel_name, "listed": m.shape in listed, "own": m.winner,
+                    "alternates": alternates.get(m.shape, []),
                     "times": [[c, times[m.shape, signature(c)]] for c in needed[m.shape]]}
     finally:
         executor.close()
@@ -75,14 +85,16 @@ def measure(args) -> None:
     Path(args.output).write_text(json.dumps({"device": info.name, "shapes": shapes}))
 
 
-def _table(path: Path, rows: dict, device: str) -> Path:
-    """An exact table (one row per listed shape) of the given shapes' winners."""
+def _table(path: Path, rows: dict, device: str, alternates: bool) -> Path:
+    """An exact table (one row per listed shape) of the given shapes' winners, and their
+    alternates if asked."""
     from tuner.export import write_atomic
 
     ops: dict[str, dict] = {}
     for label, row in rows.items():
         op = ops.setdefault(row["kernel"], {"strategy": EXACT, "entries": []})
-        op["entries"].append({"key": Shape.from_label(label).key(), "config": row["own"]})
+        op["entries"].append({"key": Shape.from_label(label).key(), "config": row["own"],
+                              "alternates": row["alternates"] if alternates else []})
     # the device names the model's spec, with which the runtime chooses among nearest buckets
     write_atomic(path, {"format": runtime.TABLE_FORMAT, "device": {"name": device},
                         "ops": ops})
@@ -99,7 +111,7 @@ def _regret(row: dict, config: dict) -> float | None:
     return math.inf if answer is None else answer / by_signature[signature(row["own"])] - 1
 
 
-def _answers(shapes: dict, device: str, k: int,
+def _answers(shapes: dict, device: str, k: int, alternates: bool,
              tmp: Path) -> dict[str, tuple[list[float], list[str]]]:
     """Per question (leave-one-out, hold-out): the regrets, and the shapes left unanswered."""
     from tuner.validate import runtime_pick
@@ -115,7 +127,7 @@ def _answers(shapes: dict, device: str, k: int,
         regrets, missed = [], []
         for i, (label, table_rows) in enumerate(asked):
             runtime.clear_cache()
-            table = _table(tmp / f"{name}-{i}.yaml", table_rows, device)
+            table = _table(tmp / f"{name}-{i}.yaml", table_rows, device, alternates)
             regret = _regret(shapes[label], runtime_pick(table, Shape.from_label(label)).config)
             if regret is None:
                 missed.append(label)
@@ -129,18 +141,22 @@ def report(args) -> None:
     doc = json.loads(Path(args.times).read_text())
     shapes, device = doc["shapes"], doc["device"]
     print(f"# never-tuned shapes answered by the runtime ({device})\n")
-    print("regret against the shape's own winner, from exact tables of the listed shapes\n")
-    print("| nearest buckets | leave-one-out geomean | max | hold-out geomean | max |")
-    print("|---|---|---|---|---|")
+    print("regret against the shape's own winner, from exact tables of the listed shapes, "
+          "with and without the entries' alternates\n")
+    print("| candidates | nearest buckets | leave-one-out geomean | max | hold-out geomean | "
+          "max |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for k in NEAREST_COUNTS:
-            cells = []
-            answers = _answers(shapes, device, k, Path(tmp))
-            for regrets, _ in answers.values():
-                finite = [r for r in regrets if math.isfinite(r)]
-                cells += [f"{weighted_geomean_regret(finite, [1.0] * len(finite)):.1%}",
-                          f"{max(regrets):.1%}"]
-            print(f"| {k} | " + " | ".join(cells) + " |")
+        for alternates in (False, True):
+            for k in NEAREST_COUNTS:
+                cells = []
+                answers = _answers(shapes, device, k, alternates, Path(tmp))
+                for regrets, _ in answers.values():
+                    finite = [r for r in regrets if math.isfinite(r)]
+                    cells += [f"{weighted_geomean_regret(finite, [1.0] * len(finite)):.1%}",
+                              f"{max(regrets):.1%}"]
+                which = "configs and alternates" if alternates else "configs"
+                print(f"| {which} | {k} | " + " | ".join(cells) + " |")
     print("\nGeomeans leave out answers that cannot run the shape (the dispatcher would run "
           "the default instead); the max counts them as inf. Not answered from the table "
           "(no other shape of the dtype): " + ", ".join(

@@ -54,6 +54,11 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     tune(tmp_path, "export", "--format", "table", "-o", str(table))
     mm = yaml.safe_load(table.read_text())["ops"]["mm"]
     assert len(mm["entries"]) == 2 and mm["strategy"]["M"] == "log"
+    # The warm start measured both tiles (BLOCK_M 16 and 32): each bucket carries the other
+    # as its alternate, for the nearest fallback.
+    for entry in mm["entries"]:
+        assert entry["alternates"]
+        assert all(a["BLOCK_M"] != entry["config"]["BLOCK_M"] for a in entry["alternates"])
     exact = tmp_path / "exact.yaml"
     tune(tmp_path, "export", "--format", "table", "--exact", "-o", str(exact))
     assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 4

@@ -124,6 +124,35 @@ def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
     assert config.bucket[0] == 512
 
 
+def test_the_model_also_chooses_among_the_nearest_entries_alternates(tmp_path, monkeypatch):
+    """Candidates: each closest entry's config, then its alternates, each config once, until
+    NEAREST_BUCKETS distinct entry configs; an exact hit never looks at alternates."""
+    monkeypatch.setattr(runtime, "NEAREST_BUCKETS", 2)
+    asked = []
+
+    def last(device_name):
+        def fastest(key, configs):
+            asked.append([dict(c) for c in configs])
+            return len(configs) - 1
+        return fastest
+
+    monkeypatch.setattr(runtime, "_fastest_predicted", last)
+    wide = dict(GENERAL, BLOCK_N=128)
+    write_atomic(tmp_path / "t.yaml", {
+        "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
+        "ops": {"mm": {"strategy": LOG_M, "entries": [
+            {"key": key(16), "config": SMALL_M, "alternates": [SPLITK]},
+            {"key": key(256), "config": SMALL_M, "alternates": [wide]},
+            {"key": key(4096), "config": GENERAL, "alternates": [SPLITK]},
+            {"key": key(16384), "config": wide}]}}})
+    config = lookup(tmp_path / "t.yaml", **key(64))
+    # 16 and 256 (2 octaves each) hold one entry config; 4096 (6) is the second
+    assert asked == [[SMALL_M, SPLITK, wide, GENERAL]]
+    assert dict(config) == GENERAL and config.source == "nearest"
+    assert config.bucket[0] == 4096
+    assert dict(lookup(tmp_path / "t.yaml", **key(256))) == SMALL_M and len(asked) == 1
+
+
 def test_nearest_keeps_to_the_dtype(tmp_path):
     path = write_table(tmp_path / "t.yaml", [(key(256), GENERAL),
                                              (key(4096, dtype="fp16"), SMALL_M)])

@@ -21,6 +21,7 @@ from tuner.export import (
     device_block,
     expand_document,
     select_device,
+    study_trials,
     table_document,
     winner_picks,
     write_atomic,
@@ -164,6 +165,28 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
                                     stride_am=4096, stride_bk=4096) is got
     assert dict(runtime.get_tuned_config("mm", M=1, N=6144, K=4096, dtype="bf16", stride_am=4096,
                                          stride_bk=1)) == config(32, 64, 128, 4, 4, pad=64)
+
+
+def test_a_table_entry_carries_the_fastest_other_tile_its_study_measured(store, tmp_path):
+    """Alternates are for the nearest fallback: another tile (a pipeline variant of the
+    winner's tile is no alternative), measured and correct (failed trials are not)."""
+    failed = TrialResult("wrong", "max error 3.1", 0.1, 0.1, 0.1, 1400.0, 3.1, 1.5, "events")
+    tune_fake(store, H100, SQUARE, [(config(128, 256, 64), ok(0.19, 720.0)),
+                                    (config(128, 256, 64, stages=4), ok(0.195, 700.0)),
+                                    (config(64, 128, 64), failed),
+                                    (config(128, 128, 64), ok(0.3, 450.0)),
+                                    (config(128, 128, 32), ok(0.25, 550.0))])
+    tune_fake(store, H100, DECODE, [(config(32, 64, 128, 4, 4), ok(0.02, 25.0))])
+    device, winners = select_device(store.winners(), None)
+    kernel = winners[0].kernel
+    picks = winner_picks(winners, study_trials(store, device, kernel))
+    assert {p.provenance["tuned_shape"]: p.alternates for p in picks} == {
+        str(SQUARE): [config(128, 128, 32)], str(DECODE): []}
+    path = tmp_path / "tuned.yaml"
+    write_atomic(path, table_document(device_block(device), picks, {"mm": "abc"}))
+    entries = yaml.safe_load(path.read_text())["ops"]["mm"]["entries"]
+    assert [e.get("alternates") for e in entries] == [None, [config(128, 128, 32)]]  # by key
+    assert winner_picks(winners)[0].alternates == []  # no trials given: none
 
 
 def test_expand_refuses_one_op_under_two_strategies_and_names_them():

@@ -313,6 +313,7 @@ def export(fmt, output, db_url, device_selector, exact):
         bucket_picks,
         device_block,
         expand_document,
+        study_trials,
         table_document,
         winner_picks,
         write_atomic,
@@ -324,12 +325,13 @@ def export(fmt, output, db_url, device_selector, exact):
     for kernel in {w.kernel.name: w.kernel for w in winners}.values():
         bucketing = None if exact else store.latest_bucketing(device, kernel.name,
                                                                kernel.source_hash)
+        trials = study_trials(store, device, kernel)
         if bucketing is not None:
-            picks += bucket_picks(bucketing)
+            picks += bucket_picks(bucketing, trials)
             click.echo(f"{kernel.name}: {len(bucketing.buckets)} buckets chosen by `tune "
                        f"buckets` at {bucketing.created_at:%Y-%m-%d %H:%M}", err=True)
         else:
-            picks += winner_picks([w for w in winners if w.kernel.name == kernel.name])
+            picks += winner_picks([w for w in winners if w.kernel.name == kernel.name], trials)
     if fmt == "expand":
         doc = expand_document(picks)
     else:

@@ -1,8 +1,9 @@
 """Writing the chosen configs out for deployments, in FlagGems' expand schema or our table.
 
 The expand YAML narrows FlagGems' search to the values that won, with the bucketing strategy
-FlagGems should apply. The table YAML is exact, one row per bucketed key, with provenance,
-for `tuner.runtime.get_tuned_config`. Both are written from `Pick`s: the tuned winners of a
+FlagGems should apply. The table YAML is exact, one row per bucketed key, with provenance
+and the runner-up configs the runtime's nearest fallback may choose among, for
+`tuner.runtime.get_tuned_config`. Both are written from `Pick`s: the tuned winners of a
 device (`winner_picks`) or the analytical model's choices (`tune suggest`), so the two
 exports never differ in form. Files are replaced atomically: a reader never sees half.
 """
@@ -10,16 +11,19 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
 from tuner.bucketing import KEY_FIELDS
-from tuner.db.models import Bucketing, Device, Winner
+from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
+from tuner.db.store import Store, params_key
 from tuner.errors import UserError
 from tuner.runtime import TABLE_FORMAT
+from tuner.shapes import Shape
 from tuner.space import KERNEL_PARAMS
 
 # FlagGems' op names for our variants: its mm_general_tma op covers the pointer and the TMA
@@ -58,6 +62,14 @@ def current_only(winners: list[Winner], source_hashes: dict[str, str]) -> tuple[
     return current, len(winners) - len(current)
 
 
+# How many runner-up configs a table entry carries per shape it answers, for the runtime's
+# nearest fallback only (tuner.runtime). A shape never tuned is answered from the entries of
+# nearby sizes, whose winners alone often lack the tile that suits it, while each study has
+# measured other tiles too. One per shape: with it, each shape of shapes-dev answered from the
+# others loses 7.9% (geomean) against 11.1% without (benchmarks/nearest_fallback.py, H200).
+ALTERNATES_PER_SHAPE = 1
+
+
 @dataclass(frozen=True)
 class Pick:
     """One exported row: the config for a bucketed key of a kernel, and where it came from."""
@@ -66,10 +78,48 @@ class Pick:
     config: dict
     strategy: dict  # the bucketing strategy of the space it was chosen in
     provenance: dict  # measured times and errors, or the model's prediction
+    alternates: list[dict] = field(default_factory=list)  # runner_ups of its shapes' studies
 
 
-def winner_picks(winners: list[Winner]) -> list[Pick]:
-    """The tuned winners as picks, with their measurements as provenance."""
+def _tile(config: Mapping) -> tuple:
+    return (config["variant"], config.get("BLOCK_M"), config.get("BLOCK_N"),
+            config.get("BLOCK_K"))
+
+
+def runner_ups(trials: Iterable[Trial], config: Mapping) -> list[dict]:
+    """The fastest measured config of each tile (variant and BLOCK_M/N/K) other than
+    `config`'s, fastest first, ALTERNATES_PER_SHAPE of them: what a study learnt besides its
+    winner. Another tile, not another GROUP_M or stage count, since a neighbouring size wants
+    a different tile far more often than a different pipeline depth of the same one."""
+    taken, ups = {_tile(config)}, []
+    for trial in sorted((t for t in trials if t.status == "ok" and t.p50_ms),
+                        key=lambda t: t.p50_ms):
+        if len(ups) == ALTERNATES_PER_SHAPE:
+            break
+        if _tile(trial.params) not in taken:
+            taken.add(_tile(trial.params))
+            ups.append(dict(trial.params))
+    return ups
+
+
+def study_trials(store: Store, device: Device,
+                 kernel: KernelVersion) -> Callable[[Shape], Sequence[Trial]]:
+    """A shape's measured trials: those of its latest finished study of the device and
+    kernel (none if it has none), where the picks' alternates come from."""
+    def trials(shape: Shape) -> Sequence[Trial]:
+        study = store.shape_study(device, kernel, shape)
+        return () if study is None else study.trials
+    return trials
+
+
+def _no_trials(shape: Shape) -> Sequence[Trial]:
+    return ()
+
+
+def winner_picks(winners: list[Winner],
+                 shape_trials: Callable[[Shape], Sequence[Trial]] = _no_trials) -> list[Pick]:
+    """The tuned winners as picks, with their measurements as provenance, and the runner-ups
+    of their shapes' studies (shape_trials, e.g. study_trials) as alternates."""
     picks = []
     for w in winners:
         t, study = w.trial, w.study
@@ -82,19 +132,29 @@ def winner_picks(winners: list[Winner]) -> list[Pick]:
             "timing": t.timing_method,
             "space_hash": study.space.hash,
             "tuned_at": t.created_at.isoformat(timespec="seconds"),
-        }))
+        }, runner_ups(shape_trials(Shape.from_label(study.shape_label)), t.params)))
     return picks
 
 
-def bucket_picks(bucketing: Bucketing) -> list[Pick]:
-    """The buckets `tune buckets` chose, one pick each, with their members' regrets."""
-    return [Pick(bucketing.kernel.name, dict(zip(KEY_FIELDS, b["key"])), b["config"],
-                 dict(bucketing.strategy), {
-                     "members": b["members"],
-                     "max_regret": max(m["regret"] for m in b["members"]),
-                     "regret_budget": bucketing.max_regret,
-                     "chosen_at": bucketing.created_at.isoformat(timespec="seconds"),
-                 }) for b in bucketing.buckets]
+def bucket_picks(bucketing: Bucketing,
+                 shape_trials: Callable[[Shape], Sequence[Trial]] = _no_trials) -> list[Pick]:
+    """The buckets `tune buckets` chose, one pick each, with their members' regrets, and as
+    alternates the runner-ups of each member's study (shape_trials) to the bucket's config."""
+    picks = []
+    for b in bucketing.buckets:
+        alternates = {}
+        for member in b["members"]:
+            for config in runner_ups(shape_trials(Shape.from_label(member["shape"])),
+                                     b["config"]):
+                alternates.setdefault(params_key(config), config)
+        picks.append(Pick(bucketing.kernel.name, dict(zip(KEY_FIELDS, b["key"])), b["config"],
+                          dict(bucketing.strategy), {
+                              "members": b["members"],
+                              "max_regret": max(m["regret"] for m in b["members"]),
+                              "regret_budget": bucketing.max_regret,
+                              "chosen_at": bucketing.created_at.isoformat(timespec="seconds"),
+                          }, list(alternates.values())))
+    return picks
 
 
 def _grouped(picks: list[Pick], op_of) -> dict[str, list[Pick]]:
@@ -155,7 +215,8 @@ def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str
     """The exact table: per kernel, its strategy and source hash, and one entry per key."""
     ops = {}
     for kernel, group in _grouped(picks, lambda p: p.kernel).items():
-        entries = [{"key": p.key, "config": p.config, **p.provenance}
+        entries = [{"key": p.key, "config": p.config,
+                    **({"alternates": p.alternates} if p.alternates else {}), **p.provenance}
                    for p in sorted(group, key=lambda p: tuple(p.key.values()))]
         ops[kernel] = {"kernel_source_hash": source_hashes[kernel],
                        "strategy": _strategy(kernel, group), "entries": entries}

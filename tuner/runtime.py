@@ -6,9 +6,10 @@ in this order, by:
 
 - `table`: the entry of its bucket (bucket_key under the op's strategy, as the tuner grouped
   shapes and the export keyed them);
-- `nearest`: among the NEAREST_BUCKETS tuned buckets of the same op and dtype closest in log2
-  of M, N and K, the config the analytical model predicts fastest for the key (the closest
-  bucket's, without the model): a config tuned for a neighbouring size is a far better guess
+- `nearest`: among the configs of the NEAREST_BUCKETS tuned buckets of the same op and dtype
+  closest in log2 of M, N and K, and their entries' alternates (runner-up tiles their studies
+  measured), the one the analytical model predicts fastest for the key (the closest bucket's,
+  without the model): a config measured fast at a neighbouring size is a far better guess
   than a generic one, and the model tells a split-K neighbour from a large-tile one;
 - `model`: for a dtype the op has no entry of, the analytical model's pick among the values
   the op's tuned configs use (tuner.model; imported on first need, so only then torch);
@@ -41,12 +42,12 @@ TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
 _LOG = logging.getLogger("tuner.runtime")
 _DTYPE_FIELD = KEY_FIELDS.index("dtype")
 _SIZE_FIELDS = tuple(KEY_FIELDS.index(f) for f in ("M", "N", "K"))
-# How many of the closest tuned buckets `nearest` lets the model choose among: the count with
-# the least regret when each tuned shape of shapes-dev is answered from the others on an H200
-# (geomean 20.7% with the closest alone, 11.7% with 4, 11.0% with 6, 16.0% with 8; far
-# neighbours then mislead the model), and on a hold-out of 14 other shapes (10.8%, 4.1%, 2.2%,
-# 2.2%): benchmarks/nearest_fallback.py, benchmarks/results/h200-issue6/nearest_fallback.md.
-NEAREST_BUCKETS = 6
+# How many of the closest tuned buckets `nearest` lets the model choose among (their configs
+# and alternates): the count with the least regret when each tuned shape of shapes-dev is
+# answered from the others on an H200, measured by benchmarks/nearest_fallback.py (results in
+# benchmarks/results/h200-issue6/nearest_fallback.md). With alternates, 3 to 5 buckets lose
+# the least; from 6, far neighbours' alternates mislead the model.
+NEAREST_BUCKETS = 4
 
 
 class TunedConfig(Mapping):
@@ -104,6 +105,10 @@ def _log_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     return sum(abs(x - y) for x, y in zip(a, b))
 
 
+def _identity(config: Mapping) -> tuple:
+    return tuple(sorted(config.items()))
+
+
 class OpTable:
     """One op's part of a table: its strategy, the config per bucket, and per dtype the
     buckets' log sizes (computed at load, so a new key's nearest search is a short scan)."""
@@ -113,32 +118,37 @@ class OpTable:
         # Every entry's config, in file order: what the model's space is narrowed to.
         self.configs = [entry["config"] for entry in body["entries"]]
         self.by_bucket: dict[tuple, TunedConfig] = {}
+        # Per dtype, in file order: (log sizes, the entry's config and its alternates, each
+        # answering as "nearest").
+        self.neighbours: dict[str, list[tuple[tuple[float, ...], list[TunedConfig]]]] = {}
         for entry in body["entries"]:
             bucket = bucket_key(entry["key"], self.strategy)
             self.by_bucket[bucket] = TunedConfig(entry["config"], "table", bucket)
-        # Per dtype, in file order: (log sizes, the entry's config answering as "nearest").
-        self.neighbours: dict[str, list[tuple[tuple[float, ...], TunedConfig]]] = {}
-        for bucket, config in self.by_bucket.items():
             self.neighbours.setdefault(bucket[_DTYPE_FIELD], []).append(
-                (_log_sizes(bucket), TunedConfig(config, "nearest", bucket)))
+                (_log_sizes(bucket), [TunedConfig(config, "nearest", bucket) for config in
+                                      (entry["config"], *entry.get("alternates", ()))]))
 
     def exact(self, key: Mapping[str, object]) -> TunedConfig | None:
         """The config of the key's bucket, if the table has it."""
         return self.by_bucket.get(bucket_key(key, self.strategy))
 
     def nearest(self, key: Mapping[str, object]) -> list[TunedConfig]:
-        """The configs of the NEAREST_BUCKETS closest buckets of the key's dtype, closest
-        first (file order on a tie), each config once; none without an entry of the dtype."""
+        """The configs, then the alternates, of the closest buckets of the key's dtype,
+        closest first (file order on a tie), each config once, until NEAREST_BUCKETS distinct
+        entry configs are in; none without an entry of the dtype."""
         bucket = bucket_key(key, self.strategy)
         here = _log_sizes(bucket)
         closest = sorted(self.neighbours.get(bucket[_DTYPE_FIELD], ()),
                          key=lambda neighbour: _log_distance(here, neighbour[0]))
-        distinct: dict[tuple, TunedConfig] = {}
-        for _, config in closest:
-            distinct.setdefault(tuple(sorted(config.items())), config)
-            if len(distinct) == NEAREST_BUCKETS:
+        candidates: dict[tuple, TunedConfig] = {}
+        entry_configs: set[tuple] = set()
+        for _, configs in closest:
+            entry_configs.add(_identity(configs[0]))
+            for config in configs:
+                candidates.setdefault(_identity(config), config)
+            if len(entry_configs) == NEAREST_BUCKETS:
                 break
-        return list(distinct.values())
+        return list(candidates.values())
 
 
 def _layout(M: int, N: int, K: int, stride_am: int, stride_bk: int) -> str:
