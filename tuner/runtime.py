@@ -45,8 +45,9 @@ _SIZE_FIELDS = tuple(KEY_FIELDS.index(f) for f in ("M", "N", "K"))
 # How many of the closest tuned buckets `nearest` lets the model choose among (their configs
 # and alternates): the count with the least regret when each tuned shape of shapes-dev is
 # answered from the others on an H200, measured by benchmarks/nearest_fallback.py (results in
-# benchmarks/results/h200-issue6/nearest_fallback.md). With alternates, 3 to 5 buckets lose
-# the least; from 6, far neighbours' alternates mislead the model.
+# benchmarks/results/h200-issue6/nearest_fallback.md): with alternates, 4 to 6 buckets lose
+# the least (7.9% geomean, against 11.1% for the configs of 6 without alternates); with 8,
+# far neighbours mislead the model (12.9%).
 NEAREST_BUCKETS = 4
 
 
