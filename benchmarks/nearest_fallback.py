@@ -46,11 +46,11 @@ def measure(args) -> None:
     from tuner.db.store import Store
     from tuner.executor import Executor, ExecutorOptions
     from tuner.export import current_only, runner_ups, study_trials
-    from tuner.kernels import KERNELS, kernel_for
+    from tuner.kernels import KERNELS, kernel_for, source_hashes
     from tuner.shapes import load_shapes
 
     store = Store(session_factory(args.db))
-    winners, _ = current_only(store.winners(), {n: k.source_hash for n, k in KERNELS.items()})
+    winners, _ = current_only(store.winners(), source_hashes())
     device = winners[0].device
     listed = distinct_shapes(load_shapes(args.shapes))
     holdout = distinct_shapes(load_shapes(args.holdout))

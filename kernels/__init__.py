@@ -39,6 +39,12 @@ def kernel_variants() -> dict[str, dict[str, tuple[str, ...]]]:
     return {name: kernel.variant_params for name, kernel in KERNELS.items()}
 
 
+def source_hashes() -> dict[str, str]:
+    """Per kernel, the hash of its source today: winners measured with other source are
+    stale (tuner.export.current_only), and exports record it."""
+    return {name: kernel.source_hash for name, kernel in KERNELS.items()}
+
+
 def kernel_for(m: int, n: int) -> Kernel:
     """The kernel that computes an M×N GEMM: gemv for a single row or column, else mm."""
     return KERNELS["gemv" if m == 1 or n == 1 else "mm"]

@@ -29,9 +29,8 @@ from tuner.replay_report import (
     model_quality_table,
 )
 from tuner.samplers import DEFAULT_SAMPLER
-from tuner.search import config_signature
 from tuner.shapes import Shape
-from tuner.space import parse_space
+from tuner.space import config_signature, parse_space
 from tuner.suggest import suggest_device
 
 SPACE = parse_space({

@@ -31,8 +31,8 @@ from functools import cached_property
 
 from tuner.bucketing import BUILTIN_STRATEGIES, KEY_FIELDS, strategy_function
 from tuner.errors import UserError
-from tuner.search import config_signature as signature
 from tuner.shapes import Shape
+from tuner.space import config_signature as signature
 
 # The fields whose strategy is searched; dtype stays exact (no config is shared across dtypes).
 SEARCHED_FIELDS = ("M", "N", "K", "stride_am", "stride_bk")

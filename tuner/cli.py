@@ -189,7 +189,7 @@ def _load_spaces(space_paths):
 def suggest(shapes_path, space_paths, device_name, fmt, output):
     """Export the analytical model's config per shape: no GPU, no trials, nothing measured."""
     from tuner.export import expand_document, table_document, write_atomic
-    from tuner.kernels import KERNELS, kernel_for
+    from tuner.kernels import kernel_for, source_hashes
     from tuner.planning import plan_studies
     from tuner.suggest import model_device_block, suggest_device, suggested_picks
 
@@ -203,8 +203,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
     if fmt == "expand":
         doc = expand_document(picks)
     else:
-        doc = table_document(model_device_block(info, spec), picks,
-                             {name: kernel.source_hash for name, kernel in KERNELS.items()})
+        doc = table_document(model_device_block(info, spec), picks, source_hashes())
     write_atomic(output, doc)
     click.echo(f"wrote {len(picks)} suggested configs for {spec.name} to {output} ({fmt})",
                err=True)
@@ -284,10 +283,10 @@ def _winners(db_url, device_selector):
     from tuner.db.session import session_factory
     from tuner.db.store import Store
     from tuner.export import current_only, select_device
-    from tuner.kernels import KERNELS
+    from tuner.kernels import source_hashes
 
     winners = Store(session_factory(db_url)).winners()
-    winners, stale = current_only(winners, {n: k.source_hash for n, k in KERNELS.items()})
+    winners, stale = current_only(winners, source_hashes())
     if stale:
         click.echo(f"note: {stale} winners measured with older kernel source left out", err=True)
     return select_device(winners, device_selector)
@@ -518,7 +517,7 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
     from tuner.db.store import Store
     from tuner.executor import Executor, ExecutorOptions
     from tuner.export import current_only
-    from tuner.kernels import KERNELS, kernel_for
+    from tuner.kernels import KERNELS, kernel_for, source_hashes
     from tuner.pipeline import TuneJob
     from tuner.planning import plan_studies
     from tuner.progress import RichReporter
@@ -537,8 +536,7 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
             TuneJob(store, optuna_storage(db_url), executor, spaces, budget, False,
                     reporter).run(plans, sys.argv)
         info = executor.device_info()
-        current, _ = current_only(store.winners(),
-                                  {n: k.source_hash for n, k in KERNELS.items()})
+        current, _ = current_only(store.winners(), source_hashes())
         winners = {(w.kernel.name, tuple(w.key.values())): dict(w.trial.params)
                    for w in current if w.device.fingerprint == info.fingerprint}
         rows = []

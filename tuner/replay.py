@@ -30,9 +30,9 @@ from tuner.errors import UserError
 from tuner.execution import meta_gemm
 from tuner.kernels import KERNELS, kernel_variants
 from tuner.samplers import make_sampler
-from tuner.search import ASKS_PER_TRIAL, config_signature
+from tuner.search import ASKS_PER_TRIAL
 from tuner.shapes import Shape
-from tuner.space import SearchSpace, parse_space
+from tuner.space import SearchSpace, config_signature, parse_space
 
 
 class ReplayError(UserError, ValueError):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tuner.model import DeviceSpec, predict_ms
 from tuner.replay import Recording, ReplayError, ShapeRecording, median_curve, model_ranking
-from tuner.search import config_signature
 from tuner.shapes import Shape
+from tuner.space import config_signature
 
 CHECKPOINTS = (1, 4, 8, 12, 16, 24, 32, 40, 64)
 # The goal for the default strategy: the median over shapes and seeds reaches these

@@ -34,6 +34,7 @@ from types import MappingProxyType
 import yaml
 
 from tuner.bucketing import KEY_FIELDS, BucketingError, bucket_key
+from tuner.space import config_signature
 
 ENV_VAR = "TUNE_CONFIG"
 LOG_ENV_VAR = "TUNE_LOG"
@@ -106,10 +107,6 @@ def _log_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     return sum(abs(x - y) for x, y in zip(a, b))
 
 
-def _identity(config: Mapping) -> tuple:
-    return tuple(sorted(config.items()))
-
-
 class OpTable:
     """One op's part of a table: its strategy, the config per bucket, and per dtype the
     buckets' log sizes (computed at load, so a new key's nearest search is a short scan)."""
@@ -144,9 +141,9 @@ class OpTable:
         candidates: dict[tuple, TunedConfig] = {}
         entry_configs: set[tuple] = set()
         for _, configs in closest:
-            entry_configs.add(_identity(configs[0]))
+            entry_configs.add(config_signature(configs[0]))
             for config in configs:
-                candidates.setdefault(_identity(config), config)
+                candidates.setdefault(config_signature(config), config)
             if len(entry_configs) == NEAREST_BUCKETS:
                 break
         return list(candidates.values())

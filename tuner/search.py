@@ -28,7 +28,7 @@ from tuner.executor import Executor
 from tuner.kernels.base import Kernel, specialization
 from tuner.samplers import DEFAULT_SAMPLER, make_sampler
 from tuner.shapes import Shape
-from tuner.space import SearchSpace
+from tuner.space import SearchSpace, config_signature
 from tuner.timing import Timing, is_tie
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -62,11 +62,6 @@ class StudyOutcome:
     best: Trial | None
     final: Timing | None = None
     tied: tuple[int, ...] = ()
-
-
-def config_signature(params: dict) -> tuple:
-    """A config as a hashable value, the same whatever order its parameters come in."""
-    return tuple(sorted(params.items()))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,11 @@ class SpaceError(UserError, ValueError):
     """A search-space YAML that cannot be used."""
 
 
+def config_signature(params: Mapping) -> tuple:
+    """A config as a hashable value, the same whatever order its parameters come in."""
+    return tuple(sorted(params.items()))
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     kernel: str
