@@ -121,7 +121,7 @@ def main(argv=None) -> int:
         worker.close()
     if args.jsonl:
         with open(args.jsonl, "w") as f:
-            for (shape, variant, group, estimate, config), outcome in results:
+            for (shape, _variant, group, estimate, config), outcome in results:
                 f.write(json.dumps({"shape": str(shape), "group": group, "estimate": estimate,
                                     "config": config, **outcome}) + "\n")
 
@@ -129,12 +129,13 @@ def main(argv=None) -> int:
           f"triton {triton.__version__}, {datetime.now(timezone.utc):%Y-%m-%d}\n")
     print(f"shapes: {', '.join(map(str, SHAPES))}; shared memory limit {smem_limit} bytes; "
           f"{args.per_group} configs per (shape, variant, group), a third of that rejected for "
-          f"registers: half nearest the limit, half random; timeout {args.timeout_s:g} s per compile and launch\n")
+          f"registers: half nearest the limit, half random; timeout {args.timeout_s:g} s per "
+          "compile and launch\n")
     print("| variant | check said | configs | ran | failed | smem est/actual (median, max) | "
           "failures |")
     print("|---|---|---|---|---|---|---|")
     table = defaultdict(list)
-    for (shape, variant, group, estimate, config), outcome in results:
+    for (_shape, variant, group, estimate, _config), outcome in results:
         table[variant, group].append((estimate, outcome))
     totals = Counter()
     for (variant, group), rows in sorted(table.items()):

@@ -22,8 +22,8 @@ top, and ends with the geometric mean and the minimum of tuned/cuBLAS.
 from __future__ import annotations
 
 import argparse
-import statistics
 import os
+import statistics
 import sys
 import time
 from datetime import datetime, timezone
