@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from tuner.shapes import Shape
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
@@ -121,8 +123,13 @@ class Study(KeyColumns, Base):
     space: Mapped[SearchSpaceRecord] = relationship()
 
     @property
+    def shape(self) -> Shape:
+        """The shape actually timed."""
+        return Shape(self.shape_M, self.shape_N, self.shape_K, self.dtype, self.shape_layout)
+
+    @property
     def shape_label(self) -> str:
-        return f"{self.shape_M}x{self.shape_N}x{self.shape_K} {self.dtype} {self.shape_layout}"
+        return str(self.shape)
 
 
 class Trial(Base):

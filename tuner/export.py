@@ -132,7 +132,7 @@ def winner_picks(winners: list[Winner],
             "timing": t.timing_method,
             "space_hash": study.space.hash,
             "tuned_at": t.created_at.isoformat(timespec="seconds"),
-        }, runner_ups(shape_trials(Shape.from_label(study.shape_label)), t.params)))
+        }, runner_ups(shape_trials(study.shape), t.params)))
     return picks
 
 
