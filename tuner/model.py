@@ -630,6 +630,14 @@ def _split_programs(ops: _Operands, tile: _Tile, splits: int, atomic: bool, occu
     More programs fill the SMs when M×N has few tiles, and each walks a shorter chain of K
     steps; the price is the partial traffic (S slices written and read back, or S atomic
     adds into one zeroed slice) and one launch more (two with atomics: the zeroing).
+
+    The slices are written after the multiplies, not beside them: every program stores its
+    fp32 tile once its K loop ends, and split-K's programs fill one or two waves that end
+    together, so the stores (S times the output, at 4 bytes an element) follow the compute
+    at DRAM bandwidth. Counted as overlapping, split-K at M = 128-512 measured a median 1.35×
+    its prediction against 1.06-1.14× for one-pass tiles (the H200 studies); 384x6144x4096
+    then took a split-K config predicted 1.3% faster than the persistent tile, which ran
+    28-37% slower (benchmarks/results/h200-issue6/validate-retune*.md).
     """
     programs = _output_tiles(ops, tile) * splits
     steps = _cdiv(_cdiv(ops.K, tile.BK), splits)
@@ -640,7 +648,7 @@ def _split_programs(ops: _Operands, tile: _Tile, splits: int, atomic: bool, occu
     dram_bytes = _operand_dram_bytes(ops, tile, 1, concurrent, spec) + written
     partials = _rounds_seconds(programs, steps, _tile_step(ops, tile, False, False, spec),
                                occupancy, _epilogue_seconds(tile, FP32_BYTES, spec), spec)
-    main = max(partials, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
+    main = max(partials + _dram_seconds(written, spec), _dram_seconds(dram_bytes, spec)) + LAUNCH_S
     finish_read = slice_bytes if atomic else splits * slice_bytes
     finish = _dram_seconds(finish_read + ops.c_bytes, spec) + LAUNCH_S
     zeroing = _dram_seconds(slice_bytes, spec) + LAUNCH_S if atomic else 0.0
