@@ -225,11 +225,9 @@ def test_splitk_pays_for_storing_its_partials_after_the_multiplies():
     0.051 ms on an H200, the split-K config a re-tuned table's fallback chose 0.065. With the
     partial stores counted as overlapping the multiplies, the model had split-K 1.3% ahead."""
     shape = Shape(384, 6144, 4096, "bf16", "nt")
-    persistent = dict(variant="persistent", pad=0, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
-                      GROUP_M=1, num_stages=3, num_warps=8, WARP_SPECIALIZE=0, FLATTEN=1,
-                      EPILOGUE_SUBTILE=1)
-    splitk = dict(variant="splitk", pad=0, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2,
-                  ATOMIC=0, num_stages=4, num_warps=4)
+    persistent = dict(PERSISTENT, BLOCK_N=256, GROUP_M=1, EPILOGUE_SUBTILE=1)
+    splitk = {**{k: v for k, v in TILE.items() if k != "GROUP_M"}, "variant": "splitk",
+              "SPLIT_K": 2, "ATOMIC": 0, "num_stages": 4, "num_warps": 4}
     assert model.predict_ms(shape, persistent, H200) < model.predict_ms(shape, splitk, H200)
 
 
