@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import sys
 from pathlib import Path
 
 import yaml
 
+from tuner.bucket_search import weighted_geomean_regret
 from tuner.shapes import Shape, load_shapes
 from tuner.space import config_signature
 
@@ -94,7 +94,7 @@ def measure(args) -> None:
 
 
 def _geomean_regret(regrets: list[float]) -> float:
-    return math.exp(sum(math.log1p(r) for r in regrets) / len(regrets)) - 1
+    return weighted_geomean_regret(regrets, [1.0] * len(regrets))
 
 
 def report(args) -> None:
