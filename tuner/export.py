@@ -20,11 +20,11 @@ import yaml
 
 from tuner.bucketing import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
-from tuner.db.store import Store, params_key
+from tuner.db.store import Store
 from tuner.errors import UserError
 from tuner.runtime import TABLE_FORMAT
 from tuner.shapes import Shape
-from tuner.space import KERNEL_PARAMS
+from tuner.space import KERNEL_PARAMS, config_signature
 
 # FlagGems' op names for our variants: its mm_general_tma op covers the pointer and the TMA
 # paths (it takes TMA whenever strides allow), so our persistent kernel joins them there.
@@ -146,7 +146,7 @@ def bucket_picks(bucketing: Bucketing,
         for member in b["members"]:
             for config in runner_ups(shape_trials(Shape.from_label(member["shape"])),
                                      b["config"]):
-                alternates.setdefault(params_key(config), config)
+                alternates.setdefault(config_signature(config), config)
         picks.append(Pick(bucketing.kernel.name, dict(zip(KEY_FIELDS, b["key"])), b["config"],
                           dict(bucketing.strategy), {
                               "members": b["members"],
