@@ -118,8 +118,10 @@ def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
     path = write_table(tmp_path / "t.yaml", [(key(16), SMALL_M), (key(512), SPLITK),
                                              (key(4096), GENERAL)])
     config = lookup(path, **key(64))
-    # closest first: 16 (2 octaves), 512 (3), 4096 (6); the model took the second
-    assert asked == [(64, [SMALL_M, SPLITK, GENERAL])]
+    # closest first: 16 (2 octaves), 512 (3), 4096 (6), then the split-K one's other splits;
+    # the model took the second
+    assert asked == [(64, [SMALL_M, SPLITK, GENERAL,
+                           *(dict(SPLITK, SPLIT_K=split) for split in (2, 8, 16, 32))])]
     assert dict(config) == SPLITK and config.source == "nearest"
     assert config.bucket[0] == 512
 
@@ -137,20 +139,51 @@ def test_the_model_also_chooses_among_the_nearest_entries_alternates(tmp_path, m
         return fastest
 
     monkeypatch.setattr(runtime, "_fastest_predicted", last)
-    wide = dict(GENERAL, BLOCK_N=128)
+    wide, tall = dict(GENERAL, BLOCK_N=128), dict(GENERAL, BLOCK_M=64)
     write_atomic(tmp_path / "t.yaml", {
         "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
         "ops": {"mm": {"strategy": LOG_M, "entries": [
-            {"key": key(16), "config": SMALL_M, "alternates": [SPLITK]},
+            {"key": key(16), "config": SMALL_M, "alternates": [tall]},
             {"key": key(256), "config": SMALL_M, "alternates": [wide]},
-            {"key": key(4096), "config": GENERAL, "alternates": [SPLITK]},
+            {"key": key(4096), "config": GENERAL, "alternates": [tall]},
             {"key": key(16384), "config": wide}]}}})
     config = lookup(tmp_path / "t.yaml", **key(64))
     # 16 and 256 (2 octaves each) hold one entry config; 4096 (6) is the second
-    assert asked == [[SMALL_M, SPLITK, wide, GENERAL]]
+    assert asked == [[SMALL_M, tall, wide, GENERAL]]
     assert dict(config) == GENERAL and config.source == "nearest"
     assert config.bucket[0] == 4096
     assert dict(lookup(tmp_path / "t.yaml", **key(256))) == SMALL_M and len(asked) == 1
+
+
+def test_a_split_k_neighbour_is_weighed_at_every_split_the_key_allows(tmp_path, monkeypatch):
+    """Its other splits follow the candidates, as the same neighbour's; a split beyond the
+    key's BLOCK_K steps (K=512: 4 steps of 128) is never offered, since the kernel refuses it."""
+    asked = []
+
+    def last(device_name):
+        def fastest(key, configs):
+            asked.append([(dict(c), c.bucket[0]) for c in configs])
+            return len(configs) - 1
+        return fastest
+
+    monkeypatch.setattr(runtime, "_fastest_predicted", last)
+    path = write_table(tmp_path / "t.yaml", [(key(16, K=512), SMALL_M), (key(512, K=512), SPLITK)])
+    config = lookup(path, **key(64, K=512))
+    assert asked == [[(SMALL_M, 16), (SPLITK, 512), (dict(SPLITK, SPLIT_K=2), 512)]]
+    assert dict(config) == dict(SPLITK, SPLIT_K=2)
+    assert config.source == "nearest" and config.bucket[0] == 512
+
+
+def test_the_model_re_splits_a_split_k_neighbour_for_a_longer_k(tmp_path):
+    """The only entry splits K=4096 in two; at K=18944 (M=96, 28 output tiles of 128x128) the
+    model wants more slices, as measured on an H200
+    (benchmarks/results/h200-issue6/validate-extra-*-resplit.md)."""
+    two_slices = {"variant": "splitk", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
+                  "SPLIT_K": 2, "ATOMIC": 0, "num_stages": 4, "num_warps": 4}
+    path = write_table(tmp_path / "t.yaml", [(key(96, N=3584, K=4096), two_slices)])
+    config = lookup(path, **key(96, N=3584, K=18944))
+    assert config.source == "nearest" and config["SPLIT_K"] > 2
+    assert dict(config) == dict(two_slices, SPLIT_K=config["SPLIT_K"])
 
 
 def test_nearest_keeps_to_the_dtype(tmp_path):

@@ -10,7 +10,8 @@ in this order, by:
   closest in log2 of M, N and K, and their entries' alternates (runner-up tiles their studies
   measured), the one the analytical model predicts fastest for the key (the closest bucket's,
   without the model): a config measured fast at a neighbouring size is a far better guess
-  than a generic one, and the model tells a split-K neighbour from a large-tile one;
+  than a generic one, and the model tells a split-K neighbour from a large-tile one. A split-K
+  candidate is also weighed at every other split the key allows (`_split_widener`);
 - `model`: for a dtype the op has no entry of, the analytical model's pick among the values
   the op's tuned configs use (tuner.model; imported on first need, so only then torch);
 - `default`: DEFAULT_CONFIGS[op], with one RuntimeWarning per key.
@@ -162,6 +163,43 @@ def _shape_of(key: Mapping):
     return Shape(*sizes, key["dtype"], _layout(*sizes, key["stride_am"], key["stride_bk"]))
 
 
+def _split_widener(op: str) -> Callable[[Mapping, list], list] | None:
+    """A function giving a key's candidates followed by each split-K candidate at every other
+    SPLIT_K of the op's built-in space that its kernel can run on the key; None when the
+    kernels cannot be imported (the candidates then stay as they are).
+
+    How many slices K is cut into is a matter of the call's shape, not of the tile: it should
+    fill the SMs given the output tiles, and leave each slice enough K steps. A neighbour's
+    split fits the neighbour's K and grid, and the model ranks splits for this one well. On an
+    H200, the hold-out shape 96x3584x18944 (M=96, a K 4.6 times the tuned shapes') took its
+    neighbours' split-K configs at their own 2 or 4 splits, 16.5-37.6% slower than a fresh tune
+    of it, with the three committed tables; at the split the model chose (4 or 8), -0.1% to
+    1.0% (benchmarks/results/h200-issue6/validate-extra-*-resplit.md).
+    """
+    try:
+        from tuner.execution import meta_gemm
+        from tuner.kernels import KERNELS, kernel_variants
+        from tuner.space import builtin_spaces
+    except ImportError:
+        return None
+    space = builtin_spaces(kernel_variants()).get(op)
+    splits = space.params.get("SPLIT_K", ()) if space is not None else ()
+    kernel = KERNELS[op]
+
+    def with_other_splits(key: Mapping, configs: list) -> list:
+        gemm = meta_gemm(_shape_of(key))
+        candidates = {config_signature(config): config for config in configs}
+        for config in (config for config in configs if "SPLIT_K" in config):
+            for split in splits:
+                other = {**config, "SPLIT_K": split}
+                if kernel.unsupported(other, gemm) is None:
+                    candidates.setdefault(config_signature(other),
+                                          TunedConfig(other, config.source, config.bucket))
+        return list(candidates.values())
+
+    return with_other_splits
+
+
 def _fastest_predicted(device_name: str | None) -> Callable[[Mapping, list], int] | None:
     """A function giving which of several configs the analytical model predicts fastest for
     a raw key (its index; the first on a tie), or None when the model cannot be imported."""
@@ -237,6 +275,8 @@ class TunedTable:
         self.memo: dict[tuple, TunedConfig] = {}
         # Per op, once the model was needed: its picker (None: the model cannot answer).
         self.model_pickers: dict[str, Callable[[Mapping], TunedConfig | None] | None] = {}
+        # Per op, once a split-K neighbour was met: its _split_widener (None: no kernels).
+        self.split_widening: dict[str, Callable[[Mapping, list], list] | None] = {}
         self.log = os.environ.get(LOG_ENV_VAR) == "1"
         if self.log:
             _show_log_lines()
@@ -281,14 +321,27 @@ class TunedTable:
         if config is not None:
             return config
         neighbours = op_table.nearest(key)
-        if len(neighbours) > 1:
-            return neighbours[0 if self.fastest is None else self.fastest(key, neighbours)]
+        if len(neighbours) == 1 and "SPLIT_K" not in neighbours[0]:
+            return neighbours[0]  # nothing to choose: the model is not even loaded
         if neighbours:
-            return neighbours[0]
+            if self.fastest is None:
+                return neighbours[0]
+            candidates = self._with_other_splits(op, key, neighbours)
+            return candidates[self.fastest(key, candidates)]
         if op not in self.model_pickers:
             self.model_pickers[op] = _model_picker(op, op_table.configs, self.device_name)
         pick = self.model_pickers[op]
         return None if pick is None else pick(key)
+
+    def _with_other_splits(self, op: str, key: dict, candidates: list) -> list:
+        """The candidates, and their split-K ones at the key's other splits (loaded on first
+        need, once per op)."""
+        if not any("SPLIT_K" in config for config in candidates):
+            return candidates
+        if op not in self.split_widening:
+            self.split_widening[op] = _split_widener(op)
+        widen = self.split_widening[op]
+        return candidates if widen is None else widen(key, candidates)
 
     @cached_property
     def fastest(self) -> Callable[[Mapping, list], int] | None:
