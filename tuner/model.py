@@ -67,6 +67,8 @@ FP32_BYTES = 4  # accumulators and split-K partials
 # Dense GEMMs sustain ~80% of the datasheet tensor peak: the peak assumes the boost clock,
 # which drops under full tensor load (chipsandcheese.com, "Nvidia's H100: Funny L2, and Tons
 # of Bandwidth", saw ~80% of boost). cuBLAS's best bf16 GEMMs run at ~780-800 of 989 TF/s.
+# The whole SM runs at that clock, so the model's other per-clock rates (shared memory, load
+# issue, the epilogue's stores, gemv's lanes) count cycles at it too (_sm_clock_hz).
 TENSOR_EFFICIENCY = 0.8
 # Tiles wgmma cannot take (BLOCK_M not a multiple of 64, or num_warps not whole warp
 # groups) run Ampere's synchronous mma.sync, reported at about half of wgmma's throughput
@@ -306,6 +308,21 @@ class _Step:
     depth: int  # steps of loads in flight: num_stages - 1 when asynchronous, else 1
 
 
+def _sm_clock_hz(spec: DeviceSpec) -> float:
+    """The clock an SM sustains under a GEMM's load, which converts its cycles to seconds.
+
+    Counted at the boost clock instead, a 128×128 tile's shared-memory traffic (80 KB per step
+    of 64: the loads written in, A read once and B twice by the 64-row wgmmas) came out no
+    slower than its multiplies, so the model ranked it with the 128×256 tile, whose traffic per
+    multiply is lower. On an H200 the 128×128 tiles ran 10-20% slower on large shapes (e.g.
+    2048x5120x5120: 0.179-0.205 ms against 0.168, benchmarks/results/h200-issue6), and the
+    runtime's nearest fallback picked them there. Counting at this clock, the model's pick
+    among the exhaustive recording's configs went from 0.933 to 0.966 of the best, among the
+    52 studies' measured configs from 0.926 to 0.932 (benchmarks/model_on_studies.py).
+    """
+    return spec.clock_hz * TENSOR_EFFICIENCY
+
+
 def _sm_flops(ops: _Operands, spec: DeviceSpec) -> float:
     """Sustained multiply-add flops per second of one SM for this dtype."""
     tflops = spec.matmul_tflops(ops.dtype, allow_tf32=ops.tensor_cores)
@@ -386,7 +403,7 @@ def _tile_step(ops: _Operands, tile: _Tile, tma: bool, warp_specialized: bool,
                spec: DeviceSpec) -> _Step:
     """One K step of a tile program: BM×BK of A and BK×BN of B into an fp32 accumulator."""
     BM, BN, BK = tile.BM, tile.BN, tile.BK
-    clock, item = spec.clock_hz, ops.itemsize
+    clock, item = _sm_clock_hz(spec), ops.itemsize
     spill = _spill_factor(_program_regs(tile, ops))
     wgmma = uses_wgmma(tile.BM, tile.warps, ops.tensor_cores)
     mma = 2 * BM * BN * BK / (_sm_flops(ops, spec) * _mma_efficiency(tile, ops)) * spill
@@ -419,7 +436,7 @@ def _gemv_step(ops: _Operands, block_m: int, block_k: int, stages: int, warps: i
                unit_along_k: bool, stride: int, spec: DeviceSpec) -> _Step:
     """One K step of a gemv program: BLOCK_K of x and BLOCK_M×BLOCK_K of the matrix, held
     in registers as fp32 and reduced on the CUDA cores."""
-    item, clock = ops.itemsize, spec.clock_hz
+    item, clock = ops.itemsize, _sm_clock_hz(spec)
     elements = block_m * block_k
     asynchronous = _aligned(stride) and stages > 1
     spill = _spill_factor(elements // (32 * warps) + BASE_REGS)
@@ -510,7 +527,7 @@ def _step_seconds(step: _Step, resident: int) -> float:
 
 def _epilogue_seconds(tile: _Tile, out_itemsize: int, spec: DeviceSpec) -> float:
     """Storing one output tile: registers through shared memory to global (write + read)."""
-    return 2 * tile.BM * tile.BN * out_itemsize / (SMEM_BYTES_PER_CLOCK * spec.clock_hz)
+    return 2 * tile.BM * tile.BN * out_itemsize / (SMEM_BYTES_PER_CLOCK * _sm_clock_hz(spec))
 
 
 def _rounds_seconds(programs: int, steps: int, step: _Step, occupancy: int, epilogue: float,
