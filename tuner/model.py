@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
@@ -738,6 +738,19 @@ def predict_ms(shape: Shape, config: Mapping, spec: DeviceSpec,
     Raises ValueError for a variant the model does not know (a user's own kernel).
     """
     return _shape_timer(shape, spec, allow_tf32)(config) * 1e3
+
+
+def fastest_of(shape: Shape, configs: Sequence[Mapping], spec: DeviceSpec) -> int:
+    """The index of the config predicted fastest on `shape` (the first on a tie). A config of
+    a variant the model does not know is never preferred to one it does. The choice the
+    runtime's nearest fallback makes, and what benchmarks/model_on_studies.py scores."""
+    predicted = []
+    for config in configs:
+        try:
+            predicted.append(predict_ms(shape, config, spec))
+        except ValueError:  # a variant the model does not know
+            predicted.append(math.inf)
+    return min(range(len(configs)), key=lambda i: (predicted[i], i))
 
 
 def predicted_tflops(shape: Shape, ms: float) -> float:

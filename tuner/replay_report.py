@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from tuner.model import DeviceSpec, predict_ms
+from tuner.model import DeviceSpec, fastest_of
 from tuner.replay import Recording, ReplayError, ShapeRecording, median_curve, model_ranking
 from tuner.shapes import Shape
 from tuner.space import config_signature
@@ -53,7 +53,7 @@ def model_pick_among(shape: Shape, measured: Sequence[tuple[dict, float]],
     measured ones: the choice the runtime's nearest fallback makes among a few configs, so
     what a study's trials (whole space, non-exhaustive) say of the model's ranking."""
     best = min(ms for _, ms in measured)
-    _, picked_ms = min(measured, key=lambda config_ms: predict_ms(shape, config_ms[0], spec))
+    _, picked_ms = measured[fastest_of(shape, [config for config, _ in measured], spec)]
     return best / picked_ms
 
 

@@ -202,23 +202,17 @@ def _split_widener(op: str) -> Callable[[Mapping, list], list] | None:
 
 def _fastest_predicted(device_name: str | None) -> Callable[[Mapping, list], int] | None:
     """A function giving which of several configs the analytical model predicts fastest for
-    a raw key (its index; the first on a tie), or None when the model cannot be imported."""
+    a raw key (its index; tuner.model.fastest_of), or None when the model cannot be
+    imported."""
     try:
-        from tuner.model import predict_ms
+        from tuner.model import fastest_of
         from tuner.suggest import suggest_device
     except ImportError:
         return None
     spec = suggest_device(device_name)[1]
 
     def fastest(key: Mapping, configs: list) -> int:
-        shape = _shape_of(key)
-        predicted = []
-        for config in configs:
-            try:
-                predicted.append(predict_ms(shape, config, spec))
-            except ValueError:  # a variant the model does not know: never preferred
-                predicted.append(math.inf)
-        return min(range(len(configs)), key=lambda i: (predicted[i], i))
+        return fastest_of(_shape_of(key), configs, spec)
 
     return fastest
 
