@@ -103,7 +103,8 @@ def _table(path: Path, rows: dict, device: str, alternates: bool) -> Path:
 
 def _regret(row: dict, config: dict) -> float | None:
     """The answer's time over the own winner's - 1; inf where it cannot run the shape, None
-    where it was not timed (the runtime's default, for a dtype no other shape has)."""
+    where it was not timed (the runtime's default, for a dtype no other shape has, or a split-K
+    neighbour the runtime weighed at another split)."""
     by_signature = {signature(c): ms for c, ms in row["times"]}
     if signature(config) not in by_signature:
         return None
@@ -158,8 +159,9 @@ def report(args) -> None:
                 which = "configs and alternates" if alternates else "configs"
                 print(f"| {which} | {k} | " + " | ".join(cells) + " |")
     print("\nGeomeans leave out answers that cannot run the shape (the dispatcher would run "
-          "the default instead); the max counts them as inf. Not answered from the table "
-          "(no other shape of the dtype): " + ", ".join(
+          "the default instead); the max counts them as inf. Left out, as answers the file "
+          "did not time (the default, for a dtype no other shape has, or a split-K config "
+          "at a split no winner used), in the last row: " + ", ".join(
               f"{name}: {'; '.join(missed) or 'none'}" for name, (_, missed) in answers.items()))
 
 

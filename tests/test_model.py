@@ -226,6 +226,26 @@ def test_shared_memory_traffic_counts_at_the_sustained_clock():
                 < model.predict_ms(shape, dict(small, variant=variant), H200))
 
 
+def test_a_tile_per_program_on_two_warp_groups_runs_slower_on_a_k_contiguous_b():
+    """On an H200, 512×4096×11008 (B K-contiguous) ran 0.0758 ms with the TMA 128×128 tile on
+    4 warps and 0.0865 ms with split-K 128×256 on 8 warps, which the model had 4% ahead and a
+    re-tuned table's nearest fallback chose. The slowdown is the layout's: on an N-contiguous
+    B, TMA and persistent programs of the same tile, one per SM, run alike, and are predicted
+    alike."""
+    shape = Shape(512, 4096, 11008, "bf16", "nt")
+    tma = dict(TILE, variant="tma", GROUP_M=1, num_stages=4, num_warps=4)
+    splitk = {**{k: v for k, v in TILE.items() if k != "GROUP_M"}, "variant": "splitk",
+              "BLOCK_N": 256, "SPLIT_K": 2, "ATOMIC": 0, "num_stages": 4}
+    assert model.predict_ms(shape, tma, H200) < model.predict_ms(shape, splitk, H200)
+    one_wave = Shape(512, 4096, 4096, "bf16", "nn")  # 64 tiles of 128×256
+    wide = dict(TILE, BLOCK_N=256)
+    assert model.predict_ms(one_wave, dict(wide, variant="tma"), H200) == pytest.approx(
+        model.predict_ms(one_wave, dict(PERSISTENT, **wide), H200), rel=0.05)
+    assert (model.predict_ms(Shape(512, 4096, 4096, "bf16", "nt"), dict(wide, variant="tma"),
+                             H200)
+            > 1.1 * model.predict_ms(one_wave, dict(wide, variant="tma"), H200))
+
+
 def test_splitk_tops_a_gemm_with_few_output_tiles():
     """256×4096 is 32 tiles of 128×256 for 132 SMs, over a long K: split-K won its 40-trial
     H200 study (4 splits), as it won the hold-out's 200×4096×14336. (At 16×4096×4096 a

@@ -62,7 +62,8 @@ FP32_BYTES = 4  # accumulators and split-K partials
 # Model constants: public figures, instruction counts, or stated assumptions. None was fitted
 # numerically to the anchor measurements (/work/shared/anchors), but three were picked among
 # plausible values with measurements in view, and their comments say so: SCALAR_LOAD_SLOTS,
-# LOAD_LATENCY_S and INFLIGHT_BYTES_PER_SM.
+# LOAD_LATENCY_S and INFLIGHT_BYTES_PER_SM. One, KMAJOR_B_TWO_GROUP_SLOWDOWN, is a ratio of
+# H200 timings, for an effect the model's terms do not explain.
 
 # Dense GEMMs sustain ~80% of the datasheet tensor peak: the peak assumes the boost clock,
 # which drops under full tensor load (chipsandcheese.com, "Nvidia's H100: Funny L2, and Tons
@@ -125,6 +126,10 @@ BASE_REGS = 40
 SPILL_SLOWDOWN = 3.0
 # Relaxed fp32 atomics resolve in L2 at about half the rate of plain stores.
 ATOMIC_TRAFFIC_FACTOR = 2.0
+# A K loop run once per program (general, tma, split-K) by two wgmma warp groups (8 warps)
+# on a B stored K-contiguous (layout 't') runs this much slower than the model's step: a
+# measured figure, the one constant here fitted to timings (see _loop_slowdown).
+KMAJOR_B_TWO_GROUP_SLOWDOWN = 1.2
 
 
 # ---------------------------------------------------------------------------------------
@@ -398,9 +403,30 @@ def _spill_factor(regs: int) -> float:
     return 1.0 if regs <= MAX_REGS_PER_THREAD else SPILL_SLOWDOWN
 
 
+def _loop_slowdown(ops: _Operands, tile: _Tile, persistent: bool) -> float:
+    """How much slower than its resources allow a tile loop's step runs: a measured
+    KMAJOR_B_TWO_GROUP_SLOWDOWN for a one-tile-per-program loop of two wgmma warp groups
+    over a K-contiguous B, else 1.
+
+    benchmarks/data/candidates-h200.json.gz times the same tiles (block sizes, GROUP_M,
+    stages, warps) as tma and persistent programs side by side. With 8 warps on a K-contiguous
+    B (layout nt) the tma program took a median 1.24× the persistent one's time over 105
+    pairs (never less than 1.01×), with B N-contiguous (nn) 1.01× over 45; with 4 warps, one
+    warp group, 0.97-0.98× over 18. Both run the same tile_product (kernels/tma.py), a
+    program per tile for as many tiles as SMs; what differs is the code Triton builds around
+    the loop. On that file's 24 shapes-dev shapes, the measured over predicted time of 8-warp
+    nt configs had a median of 1.25 for tma, 1.17 for general and 1.21 for split-K, against
+    1.00 and 0.90 for tma and general on nn and 1.01 for persistent on nt. Left out, the model
+    preferred such configs on hold-out shapes where they ran 14-30% behind the tile a table
+    also held (512x4096x11008: split-K 128×256 over tma 128×128 on 4 warps).
+    """
+    two_groups = tile.warps >= 8 and uses_wgmma(tile.BM, tile.warps, ops.tensor_cores)
+    return KMAJOR_B_TWO_GROUP_SLOWDOWN if two_groups and ops.b_k_unit and not persistent else 1.0
+
+
 @lru_cache(maxsize=65536)
-def _tile_step(ops: _Operands, tile: _Tile, tma: bool, warp_specialized: bool,
-               spec: DeviceSpec) -> _Step:
+def _tile_step(ops: _Operands, tile: _Tile, tma: bool, persistent: bool,
+               warp_specialized: bool, spec: DeviceSpec) -> _Step:
     """One K step of a tile program: BM×BK of A and BK×BN of B into an fp32 accumulator."""
     BM, BN, BK = tile.BM, tile.BN, tile.BK
     clock, item = _sm_clock_hz(spec), ops.itemsize
@@ -428,7 +454,8 @@ def _tile_step(ops: _Operands, tile: _Tile, tma: bool, warp_specialized: bool,
     charged = (_charged(BM * BK, BK if ops.a_k_unit else BM, item)
                + _charged(BK * BN, BK if ops.b_k_unit else BN, item))
     depth = tile.stages - 1 if asynchronous and tile.stages > 1 else 1
-    return _Step(mma, smem, lsu, chain, charged, depth)
+    slow = _loop_slowdown(ops, tile, persistent)
+    return _Step(mma * slow, smem * slow, lsu * slow, chain * slow, charged, depth)
 
 
 @lru_cache(maxsize=4096)
@@ -597,7 +624,7 @@ def _tile_rounds(ops: _Operands, tile: _Tile, occupancy: int, tma: bool,
                  spec: DeviceSpec) -> float:
     """The SMs' share of _one_program_per_tile (GROUP_M changes only its DRAM bytes)."""
     return _rounds_seconds(_output_tiles(ops, tile), _cdiv(ops.K, tile.BK),
-                           _tile_step(ops, tile, tma, False, spec), occupancy,
+                           _tile_step(ops, tile, tma, False, False, spec), occupancy,
                            _epilogue_seconds(tile, ops.out_itemsize, spec), spec)
 
 
@@ -628,7 +655,7 @@ def _tile_loops(ops: _Operands, tile: _Tile, warp_specialized: bool, refill_hidd
                 spec: DeviceSpec) -> float:
     """The SMs' share of _one_program_per_sm (GROUP_M changes only its DRAM bytes)."""
     return _persistent_seconds(_output_tiles(ops, tile), _cdiv(ops.K, tile.BK),
-                               _tile_step(ops, tile, True, warp_specialized, spec),
+                               _tile_step(ops, tile, True, True, warp_specialized, spec),
                                _epilogue_seconds(tile, ops.out_itemsize, spec),
                                refill_hidden, spec)
 
@@ -663,7 +690,7 @@ def _split_programs(ops: _Operands, tile: _Tile, splits: int, atomic: bool, occu
     written = splits * slice_bytes * (ATOMIC_TRAFFIC_FACTOR if atomic else 1.0)
     concurrent = min(programs, occupancy * spec.sm_count)
     dram_bytes = _operand_dram_bytes(ops, tile, 1, concurrent, spec) + written
-    partials = _rounds_seconds(programs, steps, _tile_step(ops, tile, False, False, spec),
+    partials = _rounds_seconds(programs, steps, _tile_step(ops, tile, False, False, False, spec),
                                occupancy, _epilogue_seconds(tile, FP32_BYTES, spec), spec)
     main = max(partials + _dram_seconds(written, spec), _dram_seconds(dram_bytes, spec)) + LAUNCH_S
     finish_read = slice_bytes if atomic else splits * slice_bytes

@@ -47,9 +47,9 @@ _SIZE_FIELDS = tuple(KEY_FIELDS.index(f) for f in ("M", "N", "K"))
 # How many of the closest tuned buckets `nearest` lets the model choose among (their configs
 # and alternates): the count with the least regret when each tuned shape of shapes-dev is
 # answered from the others on an H200, measured by benchmarks/nearest_fallback.py (results in
-# benchmarks/results/h200-issue6/nearest_fallback.md): with alternates, 4 to 6 buckets lose
-# the least (7.9% geomean, against 11.1% for the configs of 6 without alternates); with 8,
-# far neighbours mislead the model (12.9%).
+# benchmarks/results/h200-issue6/nearest_fallback.md): with alternates, 4 buckets lose the
+# least (6.4% geomean; 5 or 6: 6.7%; the configs of 6 without alternates: 11.1%); with 8,
+# far neighbours mislead the model (12.0%).
 NEAREST_BUCKETS = 4
 
 
