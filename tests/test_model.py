@@ -112,6 +112,8 @@ def test_the_cpu_interpreter_gets_an_h100_and_can_rank():
 TILE = dict(pad=0, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3,
             num_warps=8)
 PERSISTENT = dict(TILE, variant="persistent", WARP_SPECIALIZE=0, FLATTEN=1, EPILOGUE_SUBTILE=0)
+SPLITK = {**{k: v for k, v in TILE.items() if k != "GROUP_M"}, "variant": "splitk",
+          "SPLIT_K": 2, "ATOMIC": 0}
 
 
 def test_a_variant_the_model_does_not_know_is_refused():
@@ -202,12 +204,10 @@ def test_filling_the_sms_beats_leaving_half_of_them_idle():
     about the same time, and split-K, filling the SMs on the small shape, beats it there."""
     half, full = Shape(128, 66 * 128, 8192, "bf16"), Shape(256, 66 * 128, 8192, "bf16")
     general = dict(TILE, variant="general")
-    splitk = {**{k: v for k, v in general.items() if k != "GROUP_M"},
-              "variant": "splitk", "SPLIT_K": 2, "ATOMIC": 0}
-    for shape, config in ((half, general), (full, general), (half, splitk)):
+    for shape, config in ((half, general), (full, general), (half, SPLITK)):
         assert KERNELS["mm"].feasible(config, meta_gemm(shape), H200.smem_per_block) is None
     assert model.predict_ms(full, general, H200) < 1.2 * model.predict_ms(half, general, H200)
-    assert model.predict_ms(half, splitk, H200) < model.predict_ms(half, general, H200)
+    assert model.predict_ms(half, SPLITK, H200) < model.predict_ms(half, general, H200)
 
 
 # --- the orderings the tuner relies on ----------------------------------------------------
@@ -234,8 +234,7 @@ def test_a_tile_per_program_on_two_warp_groups_runs_slower_on_a_k_contiguous_b()
     alike."""
     shape = Shape(512, 4096, 11008, "bf16", "nt")
     tma = dict(TILE, variant="tma", GROUP_M=1, num_stages=4, num_warps=4)
-    splitk = {**{k: v for k, v in TILE.items() if k != "GROUP_M"}, "variant": "splitk",
-              "BLOCK_N": 256, "SPLIT_K": 2, "ATOMIC": 0, "num_stages": 4}
+    splitk = dict(SPLITK, BLOCK_N=256, num_stages=4)
     assert model.predict_ms(shape, tma, H200) < model.predict_ms(shape, splitk, H200)
     one_wave = Shape(512, 4096, 4096, "bf16", "nn")  # 64 tiles of 128×256
     wide = dict(TILE, BLOCK_N=256)
@@ -259,8 +258,7 @@ def test_splitk_pays_for_storing_its_partials_after_the_multiplies():
     partial stores counted as overlapping the multiplies, the model had split-K 1.3% ahead."""
     shape = Shape(384, 6144, 4096, "bf16", "nt")
     persistent = dict(PERSISTENT, BLOCK_N=256, GROUP_M=1, EPILOGUE_SUBTILE=1)
-    splitk = {**{k: v for k, v in TILE.items() if k != "GROUP_M"}, "variant": "splitk",
-              "SPLIT_K": 2, "ATOMIC": 0, "num_stages": 4, "num_warps": 4}
+    splitk = dict(SPLITK, num_stages=4, num_warps=4)
     assert model.predict_ms(shape, persistent, H200) < model.predict_ms(shape, splitk, H200)
 
 
