@@ -7,6 +7,9 @@
     # anywhere: the model's pick among each pool, against the best config timed
     python benchmarks/candidate_pool.py report candidates.json.gz --table a.yaml --table b.yaml \
         [--shapes holdout.csv]
+    # anywhere: how often the model orders two configs of a shape as measured, by how far apart
+    # it predicts them (what the runtime's VARIATION_MARGIN rests on)
+    python benchmarks/candidate_pool.py order candidates.json.gz
 
 `report` asks, per shape, for the fastest config the analytical model predicts among:
 - one table's configs and alternates (each table alone);
@@ -34,6 +37,10 @@ from tuner.shapes import Shape, load_shapes
 from tuner.space import config_signature
 
 TIE = 0.005  # predictions this close (relative) count as the same time
+# `order` compares the configs within this factor of each shape's best (the competitive ones),
+# grouped by how much faster the model predicts one than the other.
+COMPETITIVE = 1.5
+GAP_EDGES = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3)
 
 
 def _table_pools(paths: list[str]) -> dict[str, dict[tuple, dict]]:
@@ -97,13 +104,17 @@ def _geomean_regret(regrets: list[float]) -> float:
     return weighted_geomean_regret(regrets, [1.0] * len(regrets))
 
 
+def _load(path: str) -> dict:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
 def report(args) -> None:
     from tuner.model import predict_ms
     from tuner.suggest import suggest_device
 
-    opener = gzip.open if args.candidates.endswith(".gz") else open
-    with opener(args.candidates, "rt") as f:
-        doc = json.load(f)
+    doc = _load(args.candidates)
     spec = suggest_device(doc["device"])[1]
     tables = _table_pools(args.table)
     pools = {**{name: [name] for name in tables}, "all tables": list(tables)}
@@ -135,6 +146,38 @@ def report(args) -> None:
               f"{_geomean_regret(tied_regrets):.1%} | {max(tied_regrets):.1%} |")
 
 
+def order(args) -> None:
+    from tuner.model import predicted_or_inf
+    from tuner.suggest import suggest_device
+
+    doc = _load(args.candidates)
+    spec = suggest_device(doc["device"])[1]
+    pairs = [[0, 0, []] for _ in GAP_EDGES]  # per gap: pairs, ordered as measured, ratios
+    for label, row in doc["shapes"].items():
+        shape = Shape.from_label(label)
+        timed = [(predicted_or_inf(shape, c, spec), ms) for c, ms in row["times"] if ms]
+        best = min(ms for _, ms in timed)
+        timed = [(p, ms) for p, ms in timed if ms <= COMPETITIVE * best and p < float("inf")]
+        for faster_p, faster_ms in timed:
+            for slower_p, slower_ms in timed:
+                if faster_p < slower_p:
+                    gap = 1 - faster_p / slower_p
+                    bin_ = pairs[max(i for i, edge in enumerate(GAP_EDGES) if edge <= gap)]
+                    bin_[0] += 1
+                    bin_[1] += faster_ms < slower_ms
+                    bin_[2].append(slower_ms / faster_ms)
+    print(f"# the model's order of two configs of a shape, by predicted gap ({doc['device']}; "
+          f"configs within {COMPETITIVE}x of each shape's best)\n\n| predicted gap | pairs | "
+          "ordered as measured | measured time of the one predicted slower over the other's: "
+          "median | 10th percentile |\n|---|---|---|---|---|")
+    for i, (count, right, ratios) in enumerate(pairs):
+        if count:
+            ratios.sort()
+            top = f"{GAP_EDGES[i + 1]:.1%}" if i + 1 < len(GAP_EDGES) else ""
+            print(f"| {GAP_EDGES[i]:.1%}-{top} | {count} | {right / count:.1%} | "
+                  f"{ratios[len(ratios) // 2]:.3f} | {ratios[len(ratios) // 10]:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -149,8 +192,10 @@ def main() -> None:
     r.add_argument("candidates")
     r.add_argument("--table", action="append", required=True)
     r.add_argument("--shapes", action="append", help="only these shapes (a CSV, repeatable)")
+    o = commands.add_parser("order")
+    o.add_argument("candidates")
     args = parser.parse_args()
-    (measure if args.command == "measure" else report)(args)
+    {"measure": measure, "report": report, "order": order}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -767,16 +767,19 @@ def predict_ms(shape: Shape, config: Mapping, spec: DeviceSpec,
     return _shape_timer(shape, spec, allow_tf32)(config) * 1e3
 
 
+def predicted_or_inf(shape: Shape, config: Mapping, spec: DeviceSpec) -> float:
+    """predict_ms, or math.inf for a variant the model does not know (never preferred)."""
+    try:
+        return predict_ms(shape, config, spec)
+    except ValueError:
+        return math.inf
+
+
 def fastest_of(shape: Shape, configs: Sequence[Mapping], spec: DeviceSpec) -> int:
     """The index of the config predicted fastest on `shape` (the first on a tie). A config of
     a variant the model does not know is never preferred to one it does. The choice the
     runtime's nearest fallback makes, and what benchmarks/model_on_studies.py scores."""
-    predicted = []
-    for config in configs:
-        try:
-            predicted.append(predict_ms(shape, config, spec))
-        except ValueError:  # a variant the model does not know
-            predicted.append(math.inf)
+    predicted = [predicted_or_inf(shape, config, spec) for config in configs]
     return min(range(len(configs)), key=lambda i: (predicted[i], i))
 
 

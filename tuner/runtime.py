@@ -10,8 +10,10 @@ in this order, by:
   closest in log2 of M, N and K, and their entries' alternates (runner-up tiles their studies
   measured), the one the analytical model predicts fastest for the key (the closest bucket's,
   without the model): a config measured fast at a neighbouring size is a far better guess
-  than a generic one, and the model tells a split-K neighbour from a large-tile one. A split-K
-  candidate is also weighed at every other split the key allows (`_split_widener`);
+  than a generic one, and the model tells a split-K neighbour from a large-tile one. Variations
+  of the candidates that suit the key better (a split-K candidate at the key's other splits, a
+  tile that would leave SMs idle with BLOCK_M or BLOCK_N halved: `_variation_maker`) answer
+  instead when the model predicts one VARIATION_MARGIN faster than every measured candidate;
 - `model`: for a dtype the op has no entry of, the analytical model's pick among the values
   the op's tuned configs use (tuner.model; imported on first need, so only then torch);
 - `default`: DEFAULT_CONFIGS[op], with one RuntimeWarning per key.
@@ -48,9 +50,23 @@ _SIZE_FIELDS = tuple(KEY_FIELDS.index(f) for f in ("M", "N", "K"))
 # and alternates): the count with the least regret when each tuned shape of shapes-dev is
 # answered from the others on an H200, measured by benchmarks/nearest_fallback.py (results in
 # benchmarks/results/h200-issue6/nearest_fallback.md): with alternates, 4 buckets lose the
-# least (6.4% geomean; 5 or 6: 6.7%; the configs of 6 without alternates: 11.1%); with 8,
-# far neighbours mislead the model (12.0%).
+# least (4.5% geomean; 5 or 6: 4.8%; the configs of 6 without alternates: 9.5%); with 8,
+# far neighbours mislead the model (10.5%).
 NEAREST_BUCKETS = 4
+# The smallest block a halved neighbour tile may have: tl.dot's minimum.
+MIN_HALVED_BLOCK = 16
+# How much faster than the best measured candidate the model must predict a variation no tuning
+# measured (a re-split or halved neighbour tile) for it to answer instead. Among the configs
+# within 1.5x of each shape's best in benchmarks/data/candidates-h200.json.gz (52 shapes, an
+# H200), the model orders a pair as measured 51-64% of the time when it predicts them under 5%
+# apart, 63-87% from 5% on. Over the committed tables' hold-out and leave-one-out questions,
+# the variations predicted 5.9-43% faster that were timed ran 0.77-1.00x the best measured
+# candidate. Of those predicted 1.4-3.7% faster, two halved tiles ran 0.92-0.94x (a gain the
+# margin gives up), but a halved 64x256 tile ran 640x3072x8192 at 1.53x its best config and a
+# re-split (SK2) 15.4% behind a fresh tune, where the measured candidate now answering runs
+# 10.2% behind (benchmarks/results/h200-issue6/validate-extra-tuned-*.md). The order figures:
+# benchmarks/candidate_pool.py order.
+VARIATION_MARGIN = 0.05
 
 
 class TunedConfig(Mapping):
@@ -163,56 +179,94 @@ def _shape_of(key: Mapping):
     return Shape(*sizes, key["dtype"], _layout(*sizes, key["stride_am"], key["stride_bk"]))
 
 
-def _split_widener(op: str) -> Callable[[Mapping, list], list] | None:
-    """A function giving a key's candidates followed by each split-K candidate at every other
-    SPLIT_K of the op's built-in space that its kernel can run on the key; None when the
-    kernels cannot be imported (the candidates then stay as they are).
+def _variation_maker(op: str, device_name: str | None
+                     ) -> Callable[[Mapping, list], list] | None:
+    """A function giving the variations of a key's candidates that suit the key rather than
+    the neighbour they were tuned for, each once and none a candidate itself; None when the
+    kernels cannot be imported (the candidates then stay as they are). Each variation must
+    run on the key.
 
-    How many slices K is cut into is a matter of the call's shape, not of the tile: it should
-    fill the SMs given the output tiles, and leave each slice enough K steps. A neighbour's
-    split fits the neighbour's K and grid, and the model ranks splits for this one well. On an
-    H200, the hold-out shape 96x3584x18944 (M=96, a K 4.6 times the tuned shapes') took its
-    neighbours' split-K configs at their own 2 or 4 splits, 16.5-37.6% slower than a fresh tune
-    of it, with the three committed tables; at the split the model chose (4 or 8), -0.1% to
-    1.0% (benchmarks/results/h200-issue6/validate-extra-*-resplit.md).
+    - Each split-K candidate at every other SPLIT_K of the op's built-in space. How many
+      slices K is cut into is a matter of the call's shape, not of the tile: it should fill
+      the SMs given the output tiles, and leave each slice enough K steps. On an H200, the
+      hold-out shape 96x3584x18944 (M=96, a K 4.6 times the tuned shapes') took its
+      neighbours' split-K configs at their own 2 or 4 splits, 16.5-37.6% slower than a fresh
+      tune of it, with the three committed tables; at the split the model chose (4 or 8),
+      -0.1% to 1.0% (benchmarks/results/h200-issue6/validate-extra-*-resplit.md).
+    - Each one-pass candidate whose grid of output tiles fills less than one wave of the
+      table's device's SMs, with BLOCK_M or BLOCK_N halved where that adds tiles. A
+      neighbour's tile fits the neighbour's grid; a smaller output leaves SMs idle under it.
     """
     try:
         from tuner.execution import meta_gemm
         from tuner.kernels import KERNELS, kernel_variants
         from tuner.space import builtin_spaces
+        from tuner.suggest import suggest_device
     except ImportError:
         return None
     space = builtin_spaces(kernel_variants()).get(op)
     splits = space.params.get("SPLIT_K", ()) if space is not None else ()
-    kernel = KERNELS[op]
+    kernel, sm_count = KERNELS[op], suggest_device(device_name)[1].sm_count
 
-    def with_other_splits(key: Mapping, configs: list) -> list:
+    def variations(key: Mapping, config: Mapping) -> Iterator[dict]:
+        if "SPLIT_K" in config:
+            yield from ({**config, "SPLIT_K": split} for split in splits)
+        elif "BLOCK_N" in config:
+            sizes = {"BLOCK_M": key["M"], "BLOCK_N": key["N"]}
+            if _tiles(sizes, config) < sm_count:
+                for block in sizes:
+                    halved = {**config, block: config[block] // 2}
+                    if (halved[block] >= MIN_HALVED_BLOCK and _fits(sizes, halved)
+                            and _tiles(sizes, halved) > _tiles(sizes, config)):
+                        yield halved
+
+    def of_candidates(key: Mapping, configs: list) -> list:
         gemm = meta_gemm(_shape_of(key))
-        candidates = {config_signature(config): config for config in configs}
-        for config in (config for config in configs if "SPLIT_K" in config):
-            for split in splits:
-                other = {**config, "SPLIT_K": split}
-                if kernel.unsupported(other, gemm) is None:
-                    candidates.setdefault(config_signature(other),
-                                          TunedConfig(other, config.source, config.bucket))
-        return list(candidates.values())
+        taken = {config_signature(config) for config in configs}
+        made = {}
+        for config in configs:
+            for other in variations(key, config):
+                signature = config_signature(other)
+                if signature not in taken and kernel.unsupported(other, gemm) is None:
+                    made.setdefault(signature, TunedConfig(other, config.source, config.bucket))
+        return list(made.values())
 
-    return with_other_splits
+    return of_candidates
 
 
-def _fastest_predicted(device_name: str | None) -> Callable[[Mapping, list], int] | None:
-    """A function giving which of several configs the analytical model predicts fastest for
-    a raw key (its index; tuner.model.fastest_of), or None when the model cannot be
-    imported."""
+def _fits(sizes: Mapping[str, int], config: Mapping) -> bool:
+    """Whether no block of the tile is twice the call's size or more (sizes as in _tiles): a
+    halved tile still that tall computes mostly padding rows, and there the model is least
+    right (at M <= 48 it underrated 128-row tiles on 4 warps 1.7-1.9x on an H200)."""
+    return all(config[block] < 2 * size for block, size in sizes.items())
+
+
+def _tiles(sizes: Mapping[str, int], config: Mapping) -> int:
+    """Output tiles of a grid: sizes maps BLOCK_M and BLOCK_N to the call's M and N."""
+    return math.prod(-(-size // config[block]) for block, size in sizes.items())
+
+
+def _fastest_predicted(device_name: str | None
+                       ) -> Callable[[Mapping, list, list], TunedConfig] | None:
+    """A function giving, for a raw key, the measured candidate the analytical model predicts
+    fastest (tuner.model.fastest_of), or the variation it predicts fastest where that is
+    VARIATION_MARGIN faster still; None when the model cannot be imported."""
     try:
-        from tuner.model import fastest_of
+        from tuner.model import fastest_of, predicted_or_inf
         from tuner.suggest import suggest_device
     except ImportError:
         return None
     spec = suggest_device(device_name)[1]
 
-    def fastest(key: Mapping, configs: list) -> int:
-        return fastest_of(_shape_of(key), configs, spec)
+    def fastest(key: Mapping, measured: list, variations: list) -> TunedConfig:
+        shape = _shape_of(key)
+        pick = measured[fastest_of(shape, measured, spec)]
+        if variations:
+            challenger = variations[fastest_of(shape, variations, spec)]
+            if (predicted_or_inf(shape, challenger, spec)
+                    < (1 - VARIATION_MARGIN) * predicted_or_inf(shape, pick, spec)):
+                return challenger
+        return pick
 
     return fastest
 
@@ -269,8 +323,9 @@ class TunedTable:
         self.memo: dict[tuple, TunedConfig] = {}
         # Per op, once the model was needed: its picker (None: the model cannot answer).
         self.model_pickers: dict[str, Callable[[Mapping], TunedConfig | None] | None] = {}
-        # Per op, once a split-K neighbour was met: its _split_widener (None: no kernels).
-        self.split_widening: dict[str, Callable[[Mapping, list], list] | None] = {}
+        # Per op, once a key was answered from neighbours: its _variation_maker (None: no
+        # kernels).
+        self.variation_makers: dict[str, Callable[[Mapping, list], list] | None] = {}
         self.log = os.environ.get(LOG_ENV_VAR) == "1"
         if self.log:
             _show_log_lines()
@@ -315,31 +370,28 @@ class TunedTable:
         if config is not None:
             return config
         neighbours = op_table.nearest(key)
-        if len(neighbours) == 1 and "SPLIT_K" not in neighbours[0]:
-            return neighbours[0]  # nothing to choose: the model is not even loaded
         if neighbours:
-            if self.fastest is None:
+            variations = self._variations(op, key, neighbours)
+            if (len(neighbours) == 1 and not variations) or self.fastest is None:
                 return neighbours[0]
-            candidates = self._with_other_splits(op, key, neighbours)
-            return candidates[self.fastest(key, candidates)]
+            return self.fastest(key, neighbours, variations)
         if op not in self.model_pickers:
             self.model_pickers[op] = _model_picker(op, op_table.configs, self.device_name)
         pick = self.model_pickers[op]
         return None if pick is None else pick(key)
 
-    def _with_other_splits(self, op: str, key: dict, candidates: list) -> list:
-        """The candidates, and their split-K ones at the key's other splits (loaded on first
-        need, once per op)."""
-        if not any("SPLIT_K" in config for config in candidates):
-            return candidates
-        if op not in self.split_widening:
-            self.split_widening[op] = _split_widener(op)
-        widen = self.split_widening[op]
-        return candidates if widen is None else widen(key, candidates)
+    def _variations(self, op: str, key: dict, candidates: list) -> list:
+        """The candidates' variations for the key (_variation_maker, loaded on first need,
+        once per op)."""
+        if op not in self.variation_makers:
+            self.variation_makers[op] = _variation_maker(op, self.device_name)
+        make = self.variation_makers[op]
+        return [] if make is None else make(key, candidates)
 
     @cached_property
-    def fastest(self) -> Callable[[Mapping, list], int] | None:
-        """The model's choice among nearest buckets, loaded on first need (None: no model)."""
+    def fastest(self) -> Callable[[Mapping, list, list], TunedConfig] | None:
+        """The model's choice among nearest buckets and their variations, loaded on first need
+        (None: no model)."""
         return _fastest_predicted(self.device_name)
 
     def _log_answer(self, op: str, key: dict, config: TunedConfig) -> None:
