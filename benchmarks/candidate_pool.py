@@ -25,8 +25,10 @@ the fastest of those tied configs been picked (what a finer model could win).
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -157,12 +159,12 @@ def order(args) -> None:
         shape = Shape.from_label(label)
         timed = [(predicted_or_inf(shape, c, spec), ms) for c, ms in row["times"] if ms]
         best = min(ms for _, ms in timed)
-        timed = [(p, ms) for p, ms in timed if ms <= COMPETITIVE * best and p < float("inf")]
+        timed = [(p, ms) for p, ms in timed if ms <= COMPETITIVE * best and math.isfinite(p)]
         for faster_p, faster_ms in timed:
             for slower_p, slower_ms in timed:
                 if faster_p < slower_p:
                     gap = 1 - faster_p / slower_p
-                    bin_ = pairs[max(i for i, edge in enumerate(GAP_EDGES) if edge <= gap)]
+                    bin_ = pairs[bisect.bisect_right(GAP_EDGES, gap) - 1]
                     bin_[0] += 1
                     bin_[1] += faster_ms < slower_ms
                     bin_[2].append(slower_ms / faster_ms)
