@@ -104,7 +104,7 @@ def _table(path: Path, rows: dict, device: str, alternates: bool) -> Path:
 def _regret(row: dict, config: dict) -> float | None:
     """The answer's time over the own winner's - 1; inf where it cannot run the shape, None
     where it was not timed (the runtime's default, for a dtype no other shape has, or a
-    variation of a neighbour's config: another split, a halved tile)."""
+    variation of a neighbour's config: another split or pipeline, a halved tile)."""
     by_signature = {signature(c): ms for c, ms in row["times"]}
     if signature(config) not in by_signature:
         return None
@@ -161,7 +161,8 @@ def report(args) -> None:
     print("\nGeomeans leave out answers that cannot run the shape (the dispatcher would run "
           "the default instead); the max counts them as inf. Left out, as answers the file "
           "did not time (the default, for a dtype no other shape has, or a variation of a "
-          "winner no shape won with: another split, a halved tile), in the last row: " + ", ".join(
+          "winner no shape won with: another split or pipeline, a halved tile), in the last "
+          "row: " + ", ".join(
               f"{name}: {'; '.join(missed) or 'none'}" for name, (_, missed) in answers.items()))
 
 

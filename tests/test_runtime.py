@@ -206,6 +206,36 @@ def test_a_halved_neighbour_tile_answers_when_predicted_clearly_faster(tmp_path,
     assert dict(lookup(path, **asked)) == tile
 
 
+@pytest.mark.parametrize("variant, stages", [("tma", 4), ("general", 3)])
+def test_only_a_tma_fed_neighbour_gets_a_pipeline_for_the_key(tmp_path, variant, stages):
+    """A 32x32 tile tuned at M=32, K=4096 on 3 stages: at M=24, K=8192 it keeps fewer programs
+    per SM busy over twice the K steps, and the model predicts a deeper TMA pipeline clearly
+    faster (on an H200, 24x10240x8192 ran its tma tile at 1.42x the best config on 3 stages,
+    1.05x on 5). A pointer-fed (general) tile keeps the stages it was tuned with."""
+    tile = {"variant": variant, "pad": 0, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64,
+            "GROUP_M": 1, "num_stages": 3, "num_warps": 2}
+    path = write_table(tmp_path / "t.yaml", [(Shape(32, 6144, 4096, "bf16", "nt").key(), tile)],
+                       dict.fromkeys(KEY_FIELDS, "default"))
+    config = lookup(path, **Shape(24, 10240, 8192, "bf16", "nt").key())
+    assert dict(config) == dict(tile, num_stages=stages) and config.source == "nearest"
+
+
+@pytest.mark.parametrize("variant, block_n", [("persistent", 128), ("tma", 256)])
+def test_a_persistent_neighbour_tile_is_halved_where_that_fills_the_last_wave(
+        tmp_path, variant, block_n):
+    """5000x1024x4096 in 128x256 tiles is 160 tiles: a persistent grid of 132 programs runs
+    two rounds, the second a fifth full; in 128x128 tiles, 320 fill three rounds 81% (on an
+    H200: 1.28x the best config, then 1.11x). A one-pass grid over a wave keeps its tile:
+    several programs share an SM there, and the model weighs their rounds itself."""
+    tile = {"variant": variant, "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
+            "GROUP_M": 1, "num_stages": 4 if variant == "persistent" else 3, "num_warps": 8}
+    if variant == "persistent":
+        tile |= {"WARP_SPECIALIZE": 0, "FLATTEN": 1, "EPILOGUE_SUBTILE": 1}
+    path = write_table(tmp_path / "t.yaml", [(key(4096), tile)],
+                       dict.fromkeys(KEY_FIELDS, "default"))
+    assert dict(lookup(path, **key(5000, N=1024))) == dict(tile, BLOCK_N=block_n)
+
+
 def test_nearest_keeps_to_the_dtype(tmp_path):
     path = write_table(tmp_path / "t.yaml", [(key(256), GENERAL),
                                              (key(4096, dtype="fp16"), SMALL_M)])

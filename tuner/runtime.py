@@ -12,8 +12,9 @@ in this order, by:
   without the model): a config measured fast at a neighbouring size is a far better guess
   than a generic one, and the model tells a split-K neighbour from a large-tile one. Variations
   of the candidates that suit the key better (a split-K candidate at the key's other splits, a
-  tile that would leave SMs idle with BLOCK_M or BLOCK_N halved: `_variation_maker`) answer
-  instead when the model predicts one VARIATION_MARGIN faster than every measured candidate;
+  TMA-fed one with another BLOCK_K or num_stages, a tile that would leave SMs idle with BLOCK_M
+  or BLOCK_N halved: `_variation_maker`) answer instead when the model predicts one
+  VARIATION_MARGIN faster than every measured candidate;
 - `model`: for a dtype the op has no entry of, the analytical model's pick among the values
   the op's tuned configs use (tuner.model; imported on first need, so only then torch);
 - `default`: DEFAULT_CONFIGS[op], with one RuntimeWarning per key.
@@ -50,8 +51,8 @@ _SIZE_FIELDS = tuple(KEY_FIELDS.index(f) for f in ("M", "N", "K"))
 # and alternates): the count with the least regret when each tuned shape of shapes-dev is
 # answered from the others on an H200, measured by benchmarks/nearest_fallback.py (results in
 # benchmarks/results/h200-issue6/nearest_fallback.md): with alternates, 4 buckets lose the
-# least (4.5% geomean; 5 or 6: 4.8%; the configs of 6 without alternates: 9.5%); with 8,
-# far neighbours mislead the model (10.5%).
+# least (3.6% geomean; 5 or 6: 4.0%; the configs of 6 without alternates: 8.9%); with 8,
+# far neighbours mislead the model (10.0%).
 NEAREST_BUCKETS = 4
 # The smallest block a halved neighbour tile may have: tl.dot's minimum.
 MIN_HALVED_BLOCK = 16
@@ -67,6 +68,9 @@ MIN_HALVED_BLOCK = 16
 # 10.2% behind (benchmarks/results/h200-issue6/validate-extra-tuned-*.md). The order figures:
 # benchmarks/candidate_pool.py order.
 VARIATION_MARGIN = 0.05
+# The mm variants whose K loop TMA feeds (kernels/tma.py, kernels/persistent.py): the ones
+# whose pipeline a variation may re-choose (_variation_maker).
+TMA_FED = ("tma", "persistent")
 
 
 class TunedConfig(Mapping):
@@ -184,7 +188,8 @@ def _variation_maker(op: str, device_name: str | None
     """A function giving the variations of a key's candidates that suit the key rather than
     the neighbour they were tuned for, each once and none a candidate itself; None when the
     kernels cannot be imported (the candidates then stay as they are). Each variation must
-    run on the key.
+    run on the key. A neighbour's config was tuned for the neighbour's split of the work; the
+    parts of a config that follow from the call's size are re-chosen for the key:
 
     - Each split-K candidate at every other SPLIT_K of the op's built-in space. How many
       slices K is cut into is a matter of the call's shape, not of the tile: it should fill
@@ -193,9 +198,20 @@ def _variation_maker(op: str, device_name: str | None
       neighbours' split-K configs at their own 2 or 4 splits, 16.5-37.6% slower than a fresh
       tune of it, with the three committed tables; at the split the model chose (4 or 8),
       -0.1% to 1.0% (benchmarks/results/h200-issue6/validate-extra-*-resplit.md).
-    - Each one-pass candidate whose grid of output tiles fills less than one wave of the
-      table's device's SMs, with BLOCK_M or BLOCK_N halved where that adds tiles. A
-      neighbour's tile fits the neighbour's grid; a smaller output leaves SMs idle under it.
+    - The K pipeline of each candidate whose loads TMA issues (TMA_FED): every num_stages of
+      the space, at its BLOCK_K and at the space's BLOCK_K half and twice it. How deep a
+      pipeline must be, and how long its steps, follows from how many programs share an SM
+      and how many K steps each has. Pointer-fed loops keep theirs: there the model misses
+      costs that depend on both (an unaligned 4097x4095x4100 ran a BLOCK_K 128 general tile
+      33x slower than its BLOCK_K 64 on an H200, and 5000x1024x4096 a 2-stage general tile
+      1.68x behind the tma one the model predicts the same).
+    - Each of these one-pass tiles with BLOCK_M or BLOCK_N halved, where each SM runs its
+      tiles one at a time (a grid under one wave of the table's device's SMs, or a persistent
+      program) and the halved grid fills its rounds of SMs better (_wave_fill). A neighbour's
+      tile fits the neighbour's grid: on a smaller output it leaves SMs idle, and over a few
+      rounds the last one may be nearly empty. 5000x1024x4096 split into 160 persistent
+      tiles of 128x256 (two rounds on 132 SMs, the second a fifth full) ran 1.28x its best
+      config on an H200, into 320 of 128x128 (three rounds, 81% full), 1.11x.
     """
     try:
         from tuner.execution import meta_gemm
@@ -205,20 +221,39 @@ def _variation_maker(op: str, device_name: str | None
     except ImportError:
         return None
     space = builtin_spaces(kernel_variants()).get(op)
-    splits = space.params.get("SPLIT_K", ()) if space is not None else ()
+    params = space.params if space is not None else {}
+    splits, stages = params.get("SPLIT_K", ()), params.get("num_stages", ())
+    block_ks = params.get("BLOCK_K", ())
     kernel, sm_count = KERNELS[op], suggest_device(device_name)[1].sm_count
+
+    def pipelines(config: Mapping) -> Iterator[dict]:
+        """The config and, when TMA feeds it, its other K pipelines."""
+        yield dict(config)
+        if config["variant"] in TMA_FED:
+            step = config["BLOCK_K"]
+            for block_k in (k for k in block_ks if step // 2 <= k <= 2 * step):
+                yield from ({**config, "BLOCK_K": block_k, "num_stages": n} for n in stages)
+
+    def halved(key: Mapping, config: dict) -> Iterator[dict]:
+        """The tile with BLOCK_M, then BLOCK_N, halved, where that fills the SMs better."""
+        sizes = {"BLOCK_M": key["M"], "BLOCK_N": key["N"]}
+        tiles = _tiles(sizes, config)
+        if tiles >= sm_count and config["variant"] != "persistent":
+            return
+        for block in sizes:
+            smaller = {**config, block: config[block] // 2}
+            if (smaller[block] >= MIN_HALVED_BLOCK and _fits(sizes, smaller)
+                    and _wave_fill(_tiles(sizes, smaller), sm_count)
+                    > _wave_fill(tiles, sm_count)):
+                yield smaller
 
     def variations(key: Mapping, config: Mapping) -> Iterator[dict]:
         if "SPLIT_K" in config:
             yield from ({**config, "SPLIT_K": split} for split in splits)
         elif "BLOCK_N" in config:
-            sizes = {"BLOCK_M": key["M"], "BLOCK_N": key["N"]}
-            if _tiles(sizes, config) < sm_count:
-                for block in sizes:
-                    halved = {**config, block: config[block] // 2}
-                    if (halved[block] >= MIN_HALVED_BLOCK and _fits(sizes, halved)
-                            and _tiles(sizes, halved) > _tiles(sizes, config)):
-                        yield halved
+            for pipeline in pipelines(config):
+                yield pipeline
+                yield from halved(key, pipeline)
 
     def of_candidates(key: Mapping, configs: list) -> list:
         gemm = meta_gemm(_shape_of(key))
@@ -239,6 +274,11 @@ def _fits(sizes: Mapping[str, int], config: Mapping) -> bool:
     halved tile still that tall computes mostly padding rows, and there the model is least
     right (at M <= 48 it underrated 128-row tiles on 4 warps 1.7-1.9x on an H200)."""
     return all(config[block] < 2 * size for block, size in sizes.items())
+
+
+def _wave_fill(tiles: int, sm_count: int) -> float:
+    """The share of its rounds of sm_count programs that a grid of `tiles` fills."""
+    return tiles / (-(-tiles // sm_count) * sm_count)
 
 
 def _tiles(sizes: Mapping[str, int], config: Mapping) -> int:
@@ -428,8 +468,9 @@ def get_tuned_config(op: str, *, M: int, N: int, K: int, dtype: str, stride_am: 
     Cost: a memoised key is one dict lookup (benchmarks/lookup_latency.py). A new key costs a
     bucketing and at most a scan of the op's entries. One answered by the model took 7-9 ms
     on one CPU core (measured on a 4-config mm table; 16-22 ms for the op's first, which also
-    loads its space), plus, once per process, 1.6 s to import torch, Triton and the model if the
-    caller had not (tuner.matmul has).
+    loads its space); one answered from its neighbours, 3-6 ms with their 60-120 variations
+    (tuned-retune4.yaml in benchmarks/results/h200-issue6), plus, once per process, 1.6 s to
+    import torch, Triton and the model if the caller had not (tuner.matmul has).
     """
     if path is None:
         table = _default_table or _load_default()
