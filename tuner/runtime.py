@@ -57,15 +57,15 @@ NEAREST_BUCKETS = 4
 # The smallest block a halved neighbour tile may have: tl.dot's minimum.
 MIN_HALVED_BLOCK = 16
 # How much faster than the best measured candidate the model must predict a variation no tuning
-# measured (a re-split or halved neighbour tile) for it to answer instead. Among the configs
-# within 1.5x of each shape's best in benchmarks/data/candidates-h200.json.gz (52 shapes, an
+# measured (a re-split, re-piped or halved neighbour tile) for it to answer instead. Among the
+# configs within 1.5x of each shape's best in benchmarks/data/candidates-h200.json.gz (52 shapes, an
 # H200), the model orders a pair as measured 51-64% of the time when it predicts them under 5%
-# apart, 63-87% from 5% on. Over the committed tables' hold-out and leave-one-out questions,
-# the variations predicted 5.9-43% faster that were timed ran 0.77-1.00x the best measured
-# candidate. Of those predicted 1.4-3.7% faster, two halved tiles ran 0.92-0.94x (a gain the
-# margin gives up), but a halved 64x256 tile ran 640x3072x8192 at 1.53x its best config and a
-# re-split (SK2) 15.4% behind a fresh tune, where the measured candidate now answering runs
-# 10.2% behind (benchmarks/results/h200-issue6/validate-extra-tuned-*.md). The order figures:
+# apart, 63-87% from 5% on. Over the committed tables' hold-out and leave-one-out questions, the
+# variations predicted 5.9-43% faster that were timed ran 0.77-1.00x the best measured candidate. Of
+# those predicted 1.4-3.7% faster, two halved tiles ran 0.92-0.94x (a gain the margin gives up), but
+# a halved 64x256 tile ran 640x3072x8192 at 1.53x its best config and a re-split (SK2) 15.4% behind
+# a fresh tune, where the measured candidate now answering runs 10.2% behind
+# (benchmarks/results/h200-issue6/validate-extra-tuned-*.md). The order figures:
 # benchmarks/candidate_pool.py order.
 VARIATION_MARGIN = 0.05
 # The mm variants whose K loop TMA feeds (kernels/tma.py, kernels/persistent.py): the ones
