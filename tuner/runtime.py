@@ -227,12 +227,13 @@ def _variation_maker(op: str, device_name: str | None
     kernel, sm_count = KERNELS[op], suggest_device(device_name)[1].sm_count
 
     def pipelines(config: Mapping) -> Iterator[dict]:
-        """The config and, when TMA feeds it, its other K pipelines."""
+        """The config and, when TMA feeds it, its other K pipelines (each once)."""
         yield dict(config)
         if config["variant"] in TMA_FED:
-            step = config["BLOCK_K"]
+            step, depth = config["BLOCK_K"], config["num_stages"]
             for block_k in (k for k in block_ks if step // 2 <= k <= 2 * step):
-                yield from ({**config, "BLOCK_K": block_k, "num_stages": n} for n in stages)
+                yield from ({**config, "BLOCK_K": block_k, "num_stages": n} for n in stages
+                            if (block_k, n) != (step, depth))
 
     def halved(key: Mapping, config: dict) -> Iterator[dict]:
         """The tile with BLOCK_M, then BLOCK_N, halved, where that fills the SMs better."""
