@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from tuner.kernels.base import Kernel
+from tuner.kernels.cublas import CUBLAS
 from tuner.kernels.gemv import GEMV
 from tuner.kernels.general import GENERAL
 from tuner.kernels.persistent import PERSISTENT
@@ -18,11 +19,11 @@ from tuner.kernels.tma import TMA
 
 _HERE = Path(__file__).parent
 _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainloop.py",
-                                          "padding.py", "workspace.py"))
+                                          "padding.py", "workspace.py", "launches.py"))
 
 KERNELS: dict[str, Kernel] = {
-    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, SPLITK), _SHARED),
-    "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK), _SHARED),
+    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, SPLITK, CUBLAS), _SHARED),
+    "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK, CUBLAS), _SHARED),
 }
 
 # Kernels from elsewhere: TUNE_KERNEL_MODULES=pkg.mod,... names modules that each define

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from tuner.kernels import launches
 from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
 from tuner.mma import TileOperands
 from tuner.space import KERNEL_PARAMS, SearchSpace
@@ -102,17 +101,14 @@ class Gemm:
         return replace(self, a=a, b=b, out=out)
 
 
-def start(jit_fn, grid, args: tuple, kwargs: dict, compile_only: bool) -> None:
-    """Launch a Triton kernel, or only compile exactly what that launch would run.
-
-    Compiling needs no data: shapes, strides and dtypes decide Triton's specialization (data
-    pointers of fresh allocations are 16-byte aligned, and a meta tensor's is 0). The binary
-    lands in Triton's on-disk cache, where a launch in another process finds it.
-    """
-    if compile_only:
-        jit_fn.warmup(*args, grid=grid, **kwargs)
-        return
-    launches.record(jit_fn, jit_fn[grid](*args, **kwargs), grid, args, kwargs)
+@dataclass(frozen=True)
+class LibraryCalls:
+    """The public torch functions a library variant (cuBLAS) answers a repeated user call
+    with, skipping any output allocation or argument handling of ours:
+    linear(x, weight, bias) and matmul(a, b, out, scale_a, scale_b), each returning the
+    result."""
+    linear: Callable
+    matmul: Callable
 
 
 @dataclass(frozen=True)
@@ -134,10 +130,13 @@ class Variant:
     unsupported: Callable[[Gemm, Mapping[str, int]], str | None] = field(
         default=lambda gemm, tunables: None, repr=False)
     # replayable(tunables): whether a launch runs Triton kernels and nothing else (no torch
-    # operation on the host, such as zeroing a buffer), so that kernels.launches can replay
-    # it for new operands.
+    # operation on the host), so that kernels.launches can replay it for new operands.
     replayable: Callable[[Mapping[str, int]], bool] = field(
         default=lambda tunables: True, repr=False)
+    # Whether padding the operands can help it (False for a library call).
+    takes_pad: bool = True
+    # For a library variant: the torch functions repeated calls go to (see LibraryCalls).
+    library_calls: LibraryCalls | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -180,10 +179,10 @@ class Kernel:
             variant.launch(gemm, tunables, compile_only)
 
     def replayable(self, config: Config) -> bool:
-        """Whether `launch` of this config is Triton launches alone: no padding copies, and
-        nothing the variant does on the host (see Variant.replayable)."""
+        """Whether `launch` of this config is Triton launches alone (see Variant.replayable;
+        padding copies are a Triton launch too)."""
         variant = self.variant[config["variant"]]
-        return not config["pad"] and variant.replayable({p: config[p] for p in variant.params})
+        return variant.replayable({p: config[p] for p in variant.params})
 
     def compile(self, gemm: Gemm, config: Config) -> None:
         """Compile exactly what `launch` would run (gemm may hold meta tensors)."""
@@ -230,6 +229,8 @@ class Kernel:
             if regs > MAX_REGS_PER_THREAD:  # spills for certain, and ptxas takes minutes
                 return (f"registers: the accumulator alone needs {regs} per thread, limit "
                         f"{MAX_REGS_PER_THREAD}")
+        if config["pad"] and not self.variant[config["variant"]].takes_pad:
+            return f"{config['variant']}: takes no pad"
         if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
             return f"pad {config['pad']}: the operands are already aligned to it"
         return self.unsupported(config, gemm)

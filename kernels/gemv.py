@@ -14,7 +14,8 @@ import triton
 import triton.language as tl
 
 from tuner.kernels._launch import cdiv, epilogue_args, needs_int64
-from tuner.kernels.base import Gemm, Variant, start
+from tuner.kernels.base import Gemm, Variant
+from tuner.kernels.launches import start
 from tuner.mma import TileOperands
 
 

@@ -20,7 +20,8 @@ from tuner.kernels._launch import (
     tile_count,
 )
 from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile
-from tuner.kernels.base import TILE_PARAMS, Gemm, Variant, start
+from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
+from tuner.kernels.launches import start
 from tuner.mma import pipeline_smem_bytes
 
 

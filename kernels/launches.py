@@ -1,25 +1,35 @@
 """Replaying a call's Triton launches for new operands of the same shape: the dispatcher's
-host path for small GEMMs.
+host path for every repeated call.
 
 A Triton JIT launch binds and specializes every argument on every call, ~25-30 µs of host
-time on an H200 machine: more than a decode GEMM's kernel. Yet two calls with the same
-shapes, strides, dtypes and pointer alignment run the same compiled kernels on the same
-grids with the same scalar arguments; only the operands' addresses differ. So the
-dispatcher records the first call's launches (`recording`), turns them into a `Replay`
-that writes each tensor argument as (operand, byte offset from that operand's address), and
-serves later calls by calling the compiled kernels directly with the new addresses.
+time on an H200 machine (more with host-built TMA descriptors): more than a decode GEMM's
+kernel, and more than cuBLAS's whole call. Yet two calls with the same shapes, strides,
+dtypes and pointer alignment run the same compiled kernels on the same grids with the same
+scalar arguments; only the operands' addresses differ. So the first call's launches are
+recorded (`recording`), turned into a `Replay` that writes each tensor argument as (operand,
+byte offset from that operand's address), and later calls call the compiled kernels directly
+with the new addresses. A TMA descriptor argument is re-issued as a copy of the recorded one
+whose base is the new address: Triton's launcher encodes the hardware descriptor from it.
 
-Only launches whose every tensor argument is a view of one of the call's operands, or a
-buffer the replay may keep (a workspace the launch does not reset on the host), can be
-replayed; `Variant.replayable` says which configs launch nothing but Triton kernels.
+Every argument must be a view of one of the call's operands, a buffer the replay may keep (a
+workspace: padded operands, split-K partials), or a plain value; `Variant.replayable` says
+which configs launch nothing but Triton kernels. `prepare` is the whole path for one config:
+what the dispatcher runs, and what tuning times as "the call".
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 from triton import knobs
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+if TYPE_CHECKING:
+    from tuner.kernels.base import Config, Gemm, Kernel
 
 # The current CUDA stream of a device as a raw handle: what Triton's driver itself asks
 # torch for (absent from CPU-only torch builds, where nothing is replayed on a GPU).
@@ -48,6 +58,24 @@ def record(jit_fn, compiled, grid: tuple, args: Sequence, kwargs: dict) -> None:
         _recorded.append((compiled, grid, every))
 
 
+def start(jit_fn, grid, args: tuple, kwargs: dict, compile_only: bool) -> None:
+    """Launch a Triton kernel, or only compile exactly what that launch would run.
+
+    Compiling needs no data: shapes, strides and dtypes decide Triton's specialization (data
+    pointers of fresh allocations are 16-byte aligned, and a meta tensor's is 0). The binary
+    lands in Triton's on-disk cache, where a launch in another process finds it.
+    """
+    if compile_only:
+        jit_fn.warmup(*args, grid=grid, **kwargs)
+        return
+    record(jit_fn, jit_fn[grid](*args, **kwargs), grid, args, kwargs)
+
+
+def operands_of(gemm: Gemm) -> tuple:
+    """The tensors a call brings, in the order a Replay addresses them."""
+    return gemm.a, gemm.b, gemm.out, gemm.bias, gemm.scale_a, gemm.scale_b
+
+
 def _address_slot(arg: torch.Tensor, operands: Sequence[torch.Tensor | None]):
     """(operand index, byte offset) if `arg` views the memory of one of the operands."""
     storage = arg.untyped_storage().data_ptr()
@@ -57,51 +85,263 @@ def _address_slot(arg: torch.Tensor, operands: Sequence[torch.Tensor | None]):
     return None
 
 
+class _Address:
+    """A device address standing in for a descriptor's base tensor: Triton's launcher reads
+    only `base.data_ptr()` of a host descriptor."""
+    __slots__ = ("address",)
+
+    def __init__(self, address: int):
+        self.address = address
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+class _Rebased:
+    """Copies of one recorded descriptor over other base addresses (its checks passed when
+    recorded), and their encodings for the C launcher, the last few kept: a decode loop sees
+    a handful of addresses (weights never move, and torch's caching allocator hands
+    activations the same blocks again), so encoding a TMA descriptor, a few µs of host time,
+    happens once per address rather than once per call."""
+    KEPT = 16
+
+    def __init__(self, recorded: TensorDescriptor):
+        self.fields = {k: v for k, v in vars(recorded).items() if k != "base"}
+        self.by_address: dict[int, TensorDescriptor] = {}
+        self.encoded_by_address: dict[int, list] = {}
+
+    def __call__(self, address: int) -> TensorDescriptor:
+        desc = self.by_address.get(address)
+        if desc is None:
+            if len(self.by_address) >= self.KEPT:
+                self.by_address.clear()
+            desc = self.by_address[address] = object.__new__(TensorDescriptor)
+            desc.__dict__.update(self.fields, base=_Address(address))
+        return desc
+
+    def encoded(self, address: int, expand, meta) -> list:
+        """The launcher's arguments for the descriptor over `address` (expand: Triton's own
+        expansion of a descriptor argument, with its compile-time metadata `meta`)."""
+        args = self.encoded_by_address.get(address)
+        if args is None:
+            if len(self.encoded_by_address) >= self.KEPT:
+                self.encoded_by_address.clear()
+            args = self.encoded_by_address[address] = list(expand(self(address), meta))
+        return args
+
+
+def _descriptor_launcher(direct) -> tuple | None:
+    """(the C launcher, Triton's descriptor expansion, {argument position: its descriptor
+    metadata}) behind Triton 3.6's wrapper of a launcher that takes TMA descriptors, or None
+    (no wrapper: no descriptors; or another Triton). The wrapper encodes every descriptor on
+    every launch; a replay encodes each once per address and calls the C launcher itself."""
+    try:
+        closure = inspect.getclosurevars(direct).nonlocals
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+    except (ImportError, TypeError):
+        return None
+    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= closure.keys():
+        return None
+    positions = sorted(closure["tensordesc_indices"])
+    meta = closure["tensordesc_meta"] or [None] * len(positions)
+    return closure["launcher"], make_tensordesc_arg, dict(zip(positions, meta))
+
+
+def _encoded_arguments(fixed: list, slots: tuple, expand, meta: dict) -> tuple[list, tuple]:
+    """`fixed` and `slots` of a launch for the C launcher itself: each descriptor argument
+    becomes its expansion, a workspace's once, here; an operand's per call, through its slot
+    (position, operand, offset, _Rebased, width, metadata) of `width` arguments."""
+    by_position = {slot[0]: slot for slot in slots}
+    flat, flat_slots = [], []
+    for position, arg in enumerate(fixed):
+        slot = by_position.get(position)
+        if isinstance(arg, TensorDescriptor):  # over a workspace the replay holds
+            flat += expand(arg, meta[position])
+        elif slot is not None and slot[3] is not None:  # a descriptor over an operand
+            width = len(expand(slot[3](0), meta[position]))  # any address encodes as wide
+            flat_slots.append((len(flat), *slot[1:], width, meta[position]))
+            flat += [None] * width
+        else:
+            if slot is not None:
+                flat_slots.append((len(flat), *slot[1:], 1, None))
+            flat.append(arg)
+    return flat, tuple(flat_slots)
+
+
+def _direct_launch(run):
+    """The C launch behind a compiled kernel's runner, when calling it directly is what the
+    runner would do, else None.
+
+    Triton 3.6's CudaLauncher.__call__(grid..., stream, function, *args) allocates the
+    kernel's scratch buffers and passes them with the kernel's launch options to its `launch`
+    (the C launcher, wrapped to expand TMA descriptors); for a kernel that needs no scratch,
+    calling `launch` with None for both saves ~2 µs of host time per launch on an H100
+    machine. Runners of any other shape (Triton 3.9 takes more arguments) are called as
+    they are."""
+    try:
+        params = list(inspect.signature(type(run).__call__).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if (params != ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+            or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)):
+        return None
+    return run.launch
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook of Triton's (a profiler's) wants calls: Triton keeps an empty
+    chain of hooks, which the direct path skips along with the metadata built for it."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class _Launch:
+    """One recorded launch, ready to re-issue: the compiled kernel's runner and binary, its
+    grid, its arguments with each operand view left as None, and `slots` (position, operand
+    index, byte offset, and a _Rebased for a descriptor, else None) saying what to write there
+    per call. Where the C launcher can be called directly (`direct`, after its leading
+    `options`), `flat` and `flat_slots` are the same arguments as it takes them (descriptors
+    expanded, see _encoded_arguments), or None where the launcher takes `fixed` as it is."""
+    __slots__ = ("run", "compiled", "grid", "fixed", "slots", "direct", "options", "expand",
+                 "flat", "flat_slots")
+
+    def __init__(self, compiled, grid: tuple, fixed: list, slots: tuple):
+        self.run, self.compiled, self.grid = compiled.run, compiled, grid
+        self.fixed, self.slots = fixed, slots
+        self.direct = _direct_launch(self.run)
+        self.options = () if self.direct is None else (
+            self.run.launch_cooperative_grid, self.run.launch_pdl, None, None,
+            compiled.packed_metadata, None, None, None)  # scratch, metadata, hooks
+        self.expand = self.flat = self.flat_slots = None
+        encoder = None if self.direct is None else _descriptor_launcher(self.direct)
+        if encoder is not None:
+            self.direct, self.expand, meta = encoder
+            self.flat, self.flat_slots = _encoded_arguments(fixed, slots, self.expand, meta)
+
+    def arguments(self, operands: Sequence[torch.Tensor | None]) -> list:
+        """The runner's arguments for these operands."""
+        args = self.fixed.copy()
+        for position, operand, offset, rebased in self.slots:
+            address = operands[operand].data_ptr() + offset
+            args[position] = address if rebased is None else rebased(address)
+        return args
+
+    def flat_arguments(self, operands: Sequence[torch.Tensor | None]) -> list:
+        """The C launcher's arguments for these operands (descriptors encoded)."""
+        args = self.flat.copy()
+        for position, operand, offset, rebased, width, meta in self.flat_slots:
+            address = operands[operand].data_ptr() + offset
+            if rebased is None:
+                args[position] = address
+            else:
+                args[position:position + width] = rebased.encoded(address, self.expand, meta)
+        return args
+
+
 class Replay:
     """The recorded launches of one call key, re-issued for new operands' addresses."""
 
-    def __init__(self, launches: list[tuple], device: int | None):
-        # Per launch: the compiled kernel, its grid, and its arguments, with each operand
-        # view as (position, operand index, byte offset) in `slots`.
+    def __init__(self, launches: list[_Launch], device: int | None,
+                 held: list[torch.Tensor]):
         self.launches = launches
         self.device = device
+        self.held = held  # workspaces whose addresses the arguments hold as plain integers
 
     @classmethod
     def of(cls, recorded: list[tuple], operands: Sequence[torch.Tensor | None]) -> Replay | None:
         """The replay of recorded launches, or None if some argument cannot be re-derived.
 
-        Tensors that view no operand (a split-K workspace) are kept as they are: the replay
-        holds them, so they stay valid, and their contents are the kernels' own business.
+        Tensors that view no operand (a workspace) are kept by the replay, so they stay
+        valid, and passed as their addresses (the launcher would check a tensor's pointer
+        with the driver on every call); their contents are the kernels' own business.
         """
-        launches = []
+        launches, held = [], []
         for compiled, grid, args in recorded:
             if compiled is None:  # the interpreter runs kernels without compiling them
                 return None
             fixed, slots = list(args), []
             for position, arg in enumerate(args):
-                if isinstance(arg, torch.Tensor):
-                    slot = _address_slot(arg, operands)
+                if isinstance(arg, TensorDescriptor):
+                    slot = _address_slot(arg.base, operands)
                     if slot is not None:  # not held: the replay must not keep operands alive
-                        slots.append((position, *slot))
+                        slots.append((position, *slot, _Rebased(arg)))
+                        fixed[position] = None
+                elif isinstance(arg, torch.Tensor):
+                    slot = _address_slot(arg, operands)
+                    if slot is None:
+                        held.append(arg)
+                        fixed[position] = arg.data_ptr()
+                    else:
+                        slots.append((position, *slot, None))
                         fixed[position] = None
                 elif not (arg is None or isinstance(arg, (bool, int, float, str))):
-                    return None  # a host-side object (a TMA descriptor): rebuilt per call
+                    return None  # a host-side object this module does not know how to rebuild
             grid3 = (*grid, 1, 1)[:3]  # a CompiledKernel's launcher takes all three
             compiled[grid3]  # loads the binary, so that `run` and `function` exist
-            launches.append((compiled, grid3, fixed, tuple(slots)))
-        return cls(launches, operands[0].device.index)
+            launches.append(_Launch(compiled, grid3, fixed, tuple(slots)))
+        return cls(launches, operands[0].device.index, held)
 
     def __call__(self, operands: Sequence[torch.Tensor | None]) -> None:
         """Launch as Triton's CompiledKernel runner does (the same launcher, hooks and launch
         metadata), but on the stream torch reports: the runner's lookup of device and stream
         through Triton's driver costs several µs per launch."""
-        addresses = [0 if t is None else t.data_ptr() for t in operands]
         stream = _raw_stream(self.device) if _raw_stream is not None else None
-        enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        for compiled, grid, fixed, slots in self.launches:
-            args = fixed.copy()
-            for position, operand, offset in slots:
-                args[position] = addresses[operand] + offset
-            metadata = None if enter is None else compiled.launch_metadata(grid, stream, *args)
-            compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, metadata,
-                         enter, exit_, *args)
+        enter = knobs.runtime.launch_enter_hook
+        hooked = _hooked(enter) or _hooked(knobs.runtime.launch_exit_hook)
+        for launch in self.launches:
+            x, y, z = launch.grid
+            compiled = launch.compiled
+            if launch.direct is not None and not hooked:
+                args = (launch.arguments(operands) if launch.flat is None
+                        else launch.flat_arguments(operands))
+                launch.direct(x, y, z, stream, compiled.function, *launch.options, *args)
+                continue
+            args = launch.arguments(operands)
+            metadata = compiled.launch_metadata((x, y, z), stream, *args)
+            launch.run(x, y, z, stream, compiled.function, compiled.packed_metadata, metadata,
+                       enter, knobs.runtime.launch_exit_hook, *args)
+
+
+class Prepared:
+    """One call key's way to compute a Gemm: its replay, or `kernel.launch` where the config's
+    launches cannot be replayed (a library call, the interpreter)."""
+
+    def __init__(self, kernel: Kernel, config: Config, replay: Replay | None):
+        self.kernel, self.config, self.replay = kernel, config, replay
+
+    def __call__(self, gemm: Gemm) -> None:
+        if self.replay is None:
+            self.kernel.launch(gemm, self.config)
+        else:
+            self.replay(operands_of(gemm))
+
+    def as_repeated(self, gemm: Gemm) -> Callable[[Gemm], torch.Tensor]:
+        """A repeated `tuner.matmul` of Gemms like `gemm` (no bias), returning a new output
+        as the dispatcher computes it: a library variant's own torch call, else a fresh
+        output and the replay (tuner.dispatch's _Library and _Replayed). What tuning times
+        as the cost of a call."""
+        library = self.kernel.variant[self.config["variant"]].library_calls
+        if library is not None:
+            return lambda g: library.matmul(g.a, g.b, None, g.scale_a, g.scale_b)
+        shape, dtype, device = tuple(gemm.out.shape), gemm.out.dtype, gemm.out.device
+        replay = self.replay
+        if replay is None:  # the interpreter: nothing to replay, launched in full
+            def launched(g: Gemm) -> torch.Tensor:
+                out = torch.empty(shape, dtype=dtype, device=device)
+                self.kernel.launch(replace(g, out=out), self.config)
+                return out
+            return launched
+
+        def replayed(g: Gemm) -> torch.Tensor:
+            out = torch.empty(shape, dtype=dtype, device=device)
+            replay((g.a, g.b, out, None, g.scale_a, g.scale_b))
+            return out
+        return replayed
+
+
+def prepare(kernel: Kernel, config: Config, gemm: Gemm) -> Prepared:
+    """Compute `gemm` with `config` (through Triton, compiling if needed) and return how to
+    compute any other Gemm of the same shapes, strides, dtypes and alignment."""
+    with recording() as recorded:
+        kernel.launch(gemm, config)
+    replay = Replay.of(recorded, operands_of(gemm)) if kernel.replayable(config) else None
+    return Prepared(kernel, config, replay)

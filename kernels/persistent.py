@@ -41,7 +41,8 @@ import triton.language as tl
 from tuner.kernels import tma
 from tuner.kernels._launch import tile_count
 from tuner.kernels._mainloop import grouped_tile
-from tuner.kernels.base import Gemm, Variant, start
+from tuner.kernels.base import Gemm, Variant
+from tuner.kernels.launches import start
 from tuner.kernels.tma import store_tile, tile_product
 from tuner.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 

@@ -7,9 +7,10 @@ partial products afterwards. Two reductions compete (the searched ATOMIC paramet
 
 - ATOMIC=0: each split stores its partial tile in its own slice of an fp32 [SPLIT_K, M, N]
   workspace; a finishing kernel sums the slices in a fixed order (deterministic results).
-- ATOMIC=1: every split atomically adds into one fp32 [M, N] workspace, zeroed first; the
-  finishing kernel reads that one slice. Less workspace traffic, but a memset per call and a
-  summation order that varies from run to run.
+- ATOMIC=1: every split atomically adds into one fp32 [M, N] workspace; the finishing kernel
+  reads that one slice and writes zeros back, so the workspace is zero again for the next
+  call with no memset launch of its own (a call is Triton launches alone, and replays). Less
+  workspace traffic, but a summation order that varies from run to run.
 
 Either way the finishing kernel applies the epilogue (fp8 scales, bias) and casts into C with
 any strides. There is no GROUP_M: split-K pays off when the output tiles are few, so they all
@@ -34,7 +35,8 @@ from tuner.kernels._launch import (
     tile_count,
 )
 from tuner.kernels._mainloop import accumulate_k_steps
-from tuner.kernels.base import Gemm, Variant, start
+from tuner.kernels.base import Gemm, Variant
+from tuner.kernels.launches import start
 from tuner.kernels.workspace import WORKSPACE
 from tuner.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 
@@ -111,6 +113,7 @@ def _finish_kernel(
     bias_ptr, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
+    RESET: tl.constexpr,  # zero the workspace after reading it (the atomic sums)
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # epilogue (_epilogue.py)
 ):
     """C tile = epilogue(sum of the tile's `partials` workspace slices), cast to C's dtype."""
@@ -127,6 +130,8 @@ def _finish_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in range(partials):
         acc += tl.load(ws_ptrs, mask=in_bounds, other=0.0)
+        if RESET:
+            tl.store(ws_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), mask=in_bounds)
         ws_ptrs += M * stride_wm
     acc = apply_epilogue(acc, cols, N, bias_ptr, scale_a_ptr, scale_b_ptr, HAS_BIAS, SCALED)
     c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
@@ -135,14 +140,11 @@ def _finish_kernel(
 
 def _workspace(gemm: Gemm, split_k: int, atomic: bool) -> torch.Tensor:
     """The fp32 [partials, M, N] workspace: one slice per split, or the one slice all splits
-    add into. The atomic one is zeroed on every call: it still holds the previous sums."""
+    add into, which starts as zeros and which every finishing kernel leaves as zeros."""
     M, N, K = gemm.mnk
     role = "splitk-atomic" if atomic else "splitk-partials"
-    workspace = WORKSPACE.get((role, M, N, K), (1 if atomic else split_k, M, N),
-                              torch.float32, gemm.out.device)
-    if atomic:
-        workspace.zero_()
-    return workspace
+    return WORKSPACE.get((role, M, N, K), (1 if atomic else split_k, M, N), torch.float32,
+                         gemm.out.device)
 
 
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
@@ -166,7 +168,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     start(_finish_kernel, (finish_tiles,),
           (workspace, out, M, N, workspace.shape[0], *out.stride(), *epilogue), dict(
               BLOCK_M=FINISH_BLOCK_M, BLOCK_N=FINISH_BLOCK_N, num_warps=FINISH_WARPS,
-              INT64_OFFSETS=int64, **epilogue_flags,
+              INT64_OFFSETS=int64, RESET=bool(tunables["ATOMIC"]), **epilogue_flags,
           ), compile_only)
 
 
@@ -210,5 +212,4 @@ SPLITK = Variant(
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
-    replayable=lambda tunables: not tunables["ATOMIC"],  # the atomic sums are zeroed first
 )

@@ -40,7 +40,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from tuner.kernels._epilogue import apply_epilogue
 from tuner.kernels._launch import dot_options, epilogue_args, tile_count
 from tuner.kernels._mainloop import grouped_tile
-from tuner.kernels.base import TILE_PARAMS, Gemm, Variant, start
+from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
+from tuner.kernels.launches import start
 from tuner.kernels.padding import is_transposed
 from tuner.mma import TileOperands, pipeline_smem_bytes
 

@@ -81,7 +81,9 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     assert validated.exit_code == 0, validated.output
     text = report.read_text()
     assert "| 36x48x64 bf16 nn | table |" in text  # in the 40/33/35 bucket
-    assert "| 20x48x64 bf16 nn | nearest |" in text  # log bucket 32: never tuned
+    # Log bucket 32, never tuned: at this size the model predicts every tuned tile slower
+    # than cuBLAS, which answers instead.
+    assert "| 20x48x64 bf16 nn | cublas |" in text
     assert "2 shapes: geomean regret" in validated.output
     # The fresh tunes went to validate.db: the tuning database still exports its 4 keys only.
     assert (tmp_path / "validate.db").exists()

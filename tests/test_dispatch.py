@@ -20,13 +20,33 @@ from tuner.shapes import LAYOUTS, Shape
 
 @pytest.fixture(autouse=True)
 def no_table(monkeypatch):
-    """No $TUNE_CONFIG: every key gets the kernel's default config (warnings silenced)."""
+    """No $TUNE_CONFIG, and the runtime's best Triton answer (cuBLAS left out, so these tests
+    exercise our kernels): every untuned key gets the kernel's default config (warnings
+    silenced)."""
     monkeypatch.delenv("TUNE_CONFIG", raising=False)
+    monkeypatch.setattr(dispatch, "get_tuned_config", lambda op, **key:
+                        runtime.get_tuned_config_without(("cublas",), op, **key))
     dispatch.clear_cache()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
     dispatch.clear_cache()
+
+
+def test_an_untuned_key_goes_to_torch_and_repeats_call_it_directly(monkeypatch):
+    """With no table, the runtime answers cuBLAS: the first call runs the cublas variant,
+    repeated calls go straight to F.linear / torch.matmul."""
+    monkeypatch.undo()  # the real runtime answer, not the Triton-only one of `no_table`
+    dispatch.clear_cache()
+    x, weight, bias = torch.randn(3, 5, 16), torch.randn(8, 16), torch.randn(8)
+    for _ in range(2):
+        torch.testing.assert_close(tuner.linear(x, weight, bias), F.linear(x, weight, bias))
+    a, b = torch.randn(4, 16), torch.randn(16, 6)
+    for _ in range(2):
+        torch.testing.assert_close(tuner.matmul(a, b), a @ b)
+    assert [c.config["variant"] for c in dispatch._CALLS.values()] == ["cublas", "cublas"]
+    (linear,) = dispatch._LINEAR_REPEATS.values()
+    assert linear.linear is F.linear
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -127,10 +147,9 @@ def test_fake_implementations_give_the_right_metadata():
         assert y.shape == (2, 3, 5)
 
 
-def test_a_tuned_config_that_cannot_run_falls_back_to_the_default(tmp_path, monkeypatch,
-                                                                   device):
-    """A gemv config tuned for a bucket that also holds a 2-row shape must not be launched
-    there (2 rows: no gemv). The default mm config runs, with one warning for the key."""
+def test_a_tuned_config_that_cannot_run_falls_back_to_cublas(tmp_path, monkeypatch, device):
+    """A split-K config tuned for a bucket that also holds a shape with too few K steps for
+    its splits must not be launched there. cuBLAS runs it, with one warning for the key."""
     table = tmp_path / "t.yaml"
     strategy = {"M": "log", "N": "default", "K": "default", "stride_am": "default",
                 "stride_bk": "default", "dtype": "default"}
@@ -148,13 +167,15 @@ def test_a_tuned_config_that_cannot_run_falls_back_to_the_default(tmp_path, monk
         out = tuner.matmul(a, b)  # SPLIT_K 8 > 2 steps of 16 in K=32: not this config
         tuner.matmul(a, b)
     assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp32"].tolerance
-    fallbacks = [w for w in caught if "cannot run" in str(w.message)]
-    assert len(fallbacks) == 1 and "some splits would get no work" in str(fallbacks[0].message)
+    fallbacks = [str(w.message) for w in caught if "cannot run" in str(w.message)]
+    assert len(fallbacks) == 1 and "some splits would get no work" in fallbacks[0]
+    assert fallbacks[0].endswith("using cublas")
+    assert dispatch.plan(dispatch.Gemm(a, b, out))[1]["variant"] == "cublas"
 
 
 def test_a_padded_config_runs_unpadded_on_an_aligned_bucket_mate(tmp_path, monkeypatch,
                                                                   device):
-    """align32 puts 61×64×64 and 64×64×64 in one bucket; the padded config tuned for the
+    """align32 puts 64×64×61 and 64×64×64 in one bucket; the padded config tuned for the
     first must not copy operands for the second, which is aligned already."""
     table = tmp_path / "t.yaml"
     strategy = dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk"), "align32") | {
@@ -166,8 +187,8 @@ def test_a_padded_config_runs_unpadded_on_an_aligned_bucket_mate(tmp_path, monke
             "config": {"variant": "general", "pad": 16, "BLOCK_M": 16, "BLOCK_N": 32,
                        "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2, "num_warps": 4}}]}}})
     monkeypatch.setenv("TUNE_CONFIG", str(table))
-    for m, pad in ((61, 16), (64, 0)):
-        a, b = random_operands(Shape(m, 64, 64, "fp16", "nn"), device, seed=m)
+    for k, pad in ((61, 16), (64, 0)):
+        a, b = random_operands(Shape(64, 64, k, "fp16", "nn"), device, seed=k)
         out = tuner.matmul(a, b)
         assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp16"].tolerance
         _, config = dispatch.plan(dispatch.Gemm(a, b, out))

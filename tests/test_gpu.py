@@ -14,6 +14,7 @@ from tuner.cli import main
 from tuner.dtypes import DTYPES
 from tuner.execution import random_gemm, random_operands, reference, relative_error
 from tuner.kernels import KERNELS, kernel_for
+from tuner.kernels.base import config_label
 from tuner.shapes import Shape
 
 pytestmark = pytest.mark.gpu
@@ -147,27 +148,112 @@ def test_out_of_bounds_configs_are_recorded_and_the_run_goes_on(tmp_path):
     assert failures == len(crashed)  # each remembered, so later runs skip them
 
 
-@pytest.mark.parametrize("config", [
+TMA_TILE = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
+            "num_warps": 4}
+REPLAYED_CONFIGS = [
     {"variant": "gemv", "pad": 0, **VARIANT_CONFIGS["gemv"]},
     {"variant": "general", "pad": 0, **VARIANT_CONFIGS["general"]},
     {"variant": "splitk", "pad": 0, **VARIANT_CONFIGS["splitk"], "ATOMIC": 0},
-    {"variant": "splitk", "pad": 0, **VARIANT_CONFIGS["splitk"]},  # atomic: not replayed
-    {"variant": "general", "pad": 64, **VARIANT_CONFIGS["general"]},  # copies: not replayed
-])
-def test_replayed_calls_compute_their_own_operands(config, monkeypatch):
-    """After a key's first call, later calls re-issue its recorded launches with their own
-    operands' addresses (kernels/launches.py): each result must be its own product."""
+    {"variant": "splitk", "pad": 0, **VARIANT_CONFIGS["splitk"]},  # atomic
+    {"variant": "general", "pad": 64, **VARIANT_CONFIGS["general"]},  # one copy launch
+    {"variant": "tma", "pad": 0, **TMA_TILE},
+    {"variant": "tma", "pad": 64, **TMA_TILE},
+    {"variant": "persistent", "pad": 0, **TMA_TILE, "WARP_SPECIALIZE": 0, "FLATTEN": 1,
+     "EPILOGUE_SUBTILE": 1},
+]
+
+
+def _forced(monkeypatch, config):
     monkeypatch.setattr(dispatch, "_decide", lambda gemm: (kernel_for(*gemm.mnk[:2]), config))
     dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("config", REPLAYED_CONFIGS, ids=config_label)
+def test_replayed_calls_compute_their_own_operands(config, monkeypatch):
+    """After a key's first call, later calls re-issue its recorded launches with their own
+    operands' addresses (kernels/launches.py): each result must be its own product, for
+    every variant, padded or not, and through both public calls."""
+    _forced(monkeypatch, config)
     m = 1 if config["variant"] == "gemv" else 96
-    weight = torch.randn(384, 1000, device="cuda", dtype=torch.bfloat16)
+    k = 1000 if config["pad"] else 1024
+    weight = torch.randn(384, k, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        got = tuner.linear(x, weight, bias)
+        want = x.double() @ weight.double().t() + bias.double()
+        assert relative_error(got, want) <= DTYPES["bf16"].tolerance, seed
+        got = tuner.matmul(x, weight.t())
+        assert relative_error(got, x.double() @ weight.double().t()) <= 1e-2, seed
+    assert all(call.prepared.replay is not None for call in dispatch._CALLS.values())
+    repeats = (*dispatch._LINEAR_REPEATS.values(), *dispatch._MATMUL_REPEATS.values())
+    assert len(repeats) == 2 and all(repeats)
+    dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("variant", ["tma", "general", "cublas"])
+def test_fp8_calls_replay_or_go_to_torch(variant, monkeypatch):
+    tiles = {"tma": TMA_TILE, "general": VARIANT_CONFIGS["general"], "cublas": {}}[variant]
+    _forced(monkeypatch, {"variant": variant, "pad": 0, **tiles})
+    scale_a, scale_b = (torch.tensor([v], device="cuda") for v in (0.5, 2.0))
+    weight = torch.randn(512, 1024, device="cuda").to(torch.float8_e4m3fn)
     for seed in range(3):
         torch.manual_seed(seed)
-        x = torch.randn(m, 1000, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(64, 1024, device="cuda").to(torch.float8_e4m3fn)
+        got = tuner.matmul(x, weight.t(), scale_a=scale_a, scale_b=scale_b)
+        assert got.dtype == torch.bfloat16
+        want = x.double() @ weight.double().t()
+        assert relative_error(got, want) <= DTYPES["fp8e4m3"].tolerance, seed
+    dispatch.clear_cache()
+
+
+@pytest.mark.parametrize("config", [REPLAYED_CONFIGS[i] for i in (1, 3, 4, 5, 7)]
+                         + [{"variant": "cublas", "pad": 0}], ids=config_label)
+def test_cuda_graph_capture_replays_tuner_linear(config, monkeypatch):
+    """Decode under CUDA graphs (vLLM, reduce-overhead): warm up, capture tuner.linear into a
+    graph, then replay it on new inputs copied into the captured input buffer."""
+    _forced(monkeypatch, config)
+    k = 1000 if config["pad"] else 1024
+    weight = torch.randn(384, k, device="cuda", dtype=torch.bfloat16)
+    static_x = torch.randn(32, k, device="cuda", dtype=torch.bfloat16)
+    tuner.linear(static_x, weight)  # first call: compiles and records, outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = tuner.linear(static_x, weight)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        static_x.copy_(torch.randn_like(static_x))
+        static_out.fill_(float("nan"))
+        graph.replay()
+        want = static_x.double() @ weight.double().t()
+        assert relative_error(static_out, want) <= DTYPES["bf16"].tolerance, seed
+    dispatch.clear_cache()
+
+
+def test_a_cublas_winner_is_dispatched_to_torch(tmp_path, monkeypatch):
+    """A table whose entry is `cublas`: the dispatcher answers with torch's own call, and
+    repeated calls go straight to F.linear."""
+    table = tmp_path / "t.yaml"
+    strategy = dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk", "dtype"), "default")
+    table.write_text(yaml.safe_dump({"format": runtime.TABLE_FORMAT, "ops": {"mm": {
+        "strategy": strategy, "entries": [{
+            "key": {"M": 256, "N": 768, "K": 1024, "stride_am": 1024, "stride_bk": 1,
+                    "dtype": "bf16"},
+            "config": {"variant": "cublas", "pad": 0}}]}}}))
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    dispatch.clear_cache()
+    weight = torch.randn(768, 1024, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(768, device="cuda", dtype=torch.bfloat16)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
         got = tuner.linear(x, weight, bias)
         want = x.double() @ weight.double().t() + bias.double()
         assert relative_error(got, want) <= DTYPES["bf16"].tolerance
     (call,) = dispatch._CALLS.values()
-    assert (call.replay is not None) == (config["pad"] == 0 and not config.get("ATOMIC"))
+    assert call.config["variant"] == "cublas" and call.config.source == "table"
+    (repeat,) = dispatch._LINEAR_REPEATS.values()
+    assert repeat.linear is torch.nn.functional.linear
     dispatch.clear_cache()

@@ -199,9 +199,14 @@ def test_feasibility_rejects_tiles_narrower_than_a_tensor_core_mma():
 
 
 def test_feasibility_rejects_a_pad_that_changes_nothing_and_a_variant_that_cannot_run():
-    aligned, ragged = (meta_gemm(Shape(m, 64, 64, "fp16", "nn")) for m in (64, 63))
+    aligned, ragged = (meta_gemm(Shape(64, 64, k, "fp16", "nn")) for k in (64, 63))
     assert "already aligned" in MM.feasible(mm_config(pad=16), aligned, 232448)
     assert MM.feasible(mm_config(pad=16), ragged, 232448) is None
+    # Padding only aligns K and the strides: a ragged M alone leaves the operands as they are.
+    ragged_m = meta_gemm(Shape(63, 64, 64, "fp16", "nn"))
+    assert "already aligned" in MM.feasible(mm_config(pad=16), ragged_m, 232448)
+    assert "takes no pad" in MM.feasible({"variant": "cublas", "pad": 16}, ragged, 232448)
+    assert MM.feasible({"variant": "cublas", "pad": 0}, ragged, 232448) is None
     gemv_kernel = KERNELS["gemv"]
     gemv_config = {"variant": "gemv", "pad": 0, **GEMV_CONFIG}
     assert "M == 1 or N == 1" in gemv_kernel.feasible(gemv_config, ragged, 232448)
@@ -284,3 +289,14 @@ def test_source_hash_follows_every_variant_file(tmp_path):
     copy.write_bytes(copy.read_bytes() + b"\n# edited\n")
     edited = dataclasses.replace(MM, variants=(dataclasses.replace(GENERAL, source_path=copy),))
     assert edited.source_hash != same.source_hash
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_cublas_variant_computes_through_torch_with_bias(layout, device):
+    bias = torch.randn(24, device=device)
+    gemm = dataclasses.replace(random_gemm(Shape(9, 24, 40, "fp32", layout), device, seed=3),
+                               bias=bias)
+    gemm.out.fill_(float("nan"))
+    MM.launch(gemm, {"variant": "cublas", "pad": 0})
+    assert relative_error(gemm.out, reference(gemm)) <= DTYPES["fp32"].tolerance
+    assert not MM.replayable({"variant": "cublas", "pad": 0})  # a torch call, not Triton's

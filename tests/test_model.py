@@ -54,10 +54,14 @@ SMALL_SPACES = {
 
 @cache
 def _ranked(shape: Shape, k: int) -> list:
-    """The model's top k of the builtin space of the shape's kernel on an H200 (cached: the
-    300,000-config mm space takes a few seconds per shape)."""
+    """The model's top k Triton configs of the builtin space of the shape's kernel on an H200
+    (cached: the 300,000-config mm space takes a few seconds per shape); cuBLAS's own term is
+    tested in test_model_cublas.py."""
     kernel = kernel_for(shape.M, shape.N)
-    return model.rank_configs(shape, SPACES[kernel.name], kernel, H200, k=k)
+    space = SPACES[kernel.name]
+    triton_only = space.narrowed(variant=tuple(v for v in space.params["variant"]
+                                               if v != "cublas"))
+    return model.rank_configs(shape, triton_only, kernel, H200, k=k)
 
 
 def _top(shape: Shape) -> dict:

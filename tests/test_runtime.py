@@ -1,5 +1,7 @@
-"""The runtime lookup: which source answers a key (table, nearest, model, default), what the
-answer says about itself, its logging, and that it agrees with the export on random keys."""
+"""The runtime lookup: which source answers a key (table, nearest, cublas, model, default),
+that a fallback answers only with configs that can run the key, the best answer without
+cuBLAS, what the answer says about itself, its logging, and that it agrees with the export
+on random keys."""
 import logging
 import os
 import subprocess
@@ -50,6 +52,13 @@ def lookup(path, op="mm", **raw):
     return runtime.get_tuned_config(op, path=path, **raw)
 
 
+def triton(path, op="mm", **raw):
+    """The best answer that is not cuBLAS: where a test is about how tuned configs answer, not
+    about whether cuBLAS beats them (the model's roofline of cuBLAS beats most synthetic
+    tables' tiles at mid sizes, where it sees no wave quantization)."""
+    return runtime.get_tuned_config_without(("cublas",), op, path=path, **raw)
+
+
 @pytest.fixture(autouse=True)
 def fresh_tables(monkeypatch):
     monkeypatch.delenv(runtime.ENV_VAR, raising=False)
@@ -84,7 +93,7 @@ def test_the_answer_is_a_read_only_mapping_and_memoised(three_sizes):
 
 
 def test_a_key_outside_every_bucket_takes_the_nearest_in_log_sizes(three_sizes):
-    config = lookup(three_sizes, **key(1500))  # bucket 2048: 1 octave from 4096, 2 from 512
+    config = triton(three_sizes, **key(1500))  # bucket 2048: 1 octave from 4096, 2 from 512
     assert dict(config) == GENERAL and config.source == "nearest"
     assert config.bucket == (4096, 4096, 4096, 4096, 4096, "bf16")
 
@@ -94,7 +103,7 @@ def test_nearest_sums_the_distances_in_m_n_and_k(tmp_path, monkeypatch):
     path = write_table(tmp_path / "t.yaml", [(key(256), GENERAL),
                                              (key(1024, N=512, K=512), SMALL_M)])
     # Same M as the first entry, but 3 + 3 octaves away in N and K; 2 from the second in M.
-    assert dict(lookup(path, **key(256, N=512, K=512))) == SMALL_M
+    assert dict(triton(path, **key(256, N=512, K=512))) == SMALL_M
 
 
 def test_nearest_breaks_ties_by_file_order(tmp_path, monkeypatch):
@@ -102,7 +111,7 @@ def test_nearest_breaks_ties_by_file_order(tmp_path, monkeypatch):
     for first, second in ((SMALL_M, GENERAL), (GENERAL, SMALL_M)):
         runtime.clear_cache()
         path = write_table(tmp_path / "t.yaml", [(key(2048), first), (key(8192), second)])
-        assert dict(lookup(path, **key(4096))) == first  # one octave from each
+        assert dict(triton(path, **key(4096))) == first  # one octave from each
 
 
 def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
@@ -118,9 +127,10 @@ def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
     path = write_table(tmp_path / "t.yaml", [(key(16), SMALL_M), (key(512), SPLITK),
                                              (key(4096), GENERAL)])
     config = lookup(path, **key(64))
-    # closest first: 16 (2 octaves), 512 (3), 4096 (6); the variations: the split-K one's
-    # other splits (no tile leaves SMs idle that halving would fill); the model took the second
-    assert asked == [(64, [SMALL_M, SPLITK, GENERAL],
+    # closest first: 16 (2 octaves), 512 (3), 4096 (6), then cuBLAS (last: a tie goes to a
+    # tuned config); the variations: the split-K one's other splits (no tile leaves SMs idle
+    # that halving would fill); the model took the second
+    assert asked == [(64, [SMALL_M, SPLITK, GENERAL, dict(runtime.CUBLAS_CONFIG)],
                       [dict(SPLITK, SPLIT_K=split) for split in (2, 8, 16, 32)])]
     assert dict(config) == SPLITK and config.source == "nearest"
     assert config.bucket[0] == 512
@@ -147,7 +157,7 @@ def test_the_model_also_chooses_among_the_nearest_entries_alternates(tmp_path, m
             {"key": key(256), "config": SMALL_M, "alternates": [wide]},
             {"key": key(4096), "config": GENERAL, "alternates": [tall]},
             {"key": key(16384), "config": wide}]}}})
-    config = lookup(tmp_path / "t.yaml", **key(64))
+    config = triton(tmp_path / "t.yaml", **key(64))
     # 16 and 256 (2 octaves each) hold one entry config; 4096 (6) is the second
     assert asked == [[SMALL_M, tall, wide, GENERAL]]
     assert dict(config) == GENERAL and config.source == "nearest"
@@ -169,7 +179,7 @@ def test_a_split_k_neighbour_is_weighed_at_every_split_the_key_allows(tmp_path, 
 
     monkeypatch.setattr(runtime, "_fastest_predicted", last)
     path = write_table(tmp_path / "t.yaml", [(key(16, K=512), SMALL_M), (key(512, K=512), SPLITK)])
-    config = lookup(path, **key(64, K=512))
+    config = triton(path, **key(64, K=512))
     assert asked == [[[(SMALL_M, 16), (SPLITK, 512)], [(dict(SPLITK, SPLIT_K=2), 512)]]]
     assert dict(config) == dict(SPLITK, SPLIT_K=2)
     assert config.source == "nearest" and config.bucket[0] == 512
@@ -198,12 +208,12 @@ def test_a_halved_neighbour_tile_answers_when_predicted_clearly_faster(tmp_path,
     path = write_table(tmp_path / "t.yaml", [(Shape(300, 3072, 768, "fp16", "nt").key(), tile)],
                        dict.fromkeys(KEY_FIELDS, "default"))
     asked = Shape(128, 2304, 768, "fp16", "nt").key()
-    config = lookup(path, **asked)
+    config = triton(path, **asked)
     assert dict(config) == dict(tile, BLOCK_N=64)
     assert config.source == "nearest" and config.bucket[0] == 300
     runtime.clear_cache()
     monkeypatch.setattr(runtime, "VARIATION_MARGIN", 0.9)
-    assert dict(lookup(path, **asked)) == tile
+    assert dict(triton(path, **asked)) == tile
 
 
 @pytest.mark.parametrize("variant, stages", [("tma", 4), ("general", 3)])
@@ -233,13 +243,13 @@ def test_a_persistent_neighbour_tile_is_halved_where_that_fills_the_last_wave(
         tile |= {"WARP_SPECIALIZE": 0, "FLATTEN": 1, "EPILOGUE_SUBTILE": 1}
     path = write_table(tmp_path / "t.yaml", [(key(4096), tile)],
                        dict.fromkeys(KEY_FIELDS, "default"))
-    assert dict(lookup(path, **key(5000, N=1024))) == dict(tile, BLOCK_N=block_n)
+    assert dict(triton(path, **key(5000, N=1024))) == dict(tile, BLOCK_N=block_n)
 
 
 def test_nearest_keeps_to_the_dtype(tmp_path):
     path = write_table(tmp_path / "t.yaml", [(key(256), GENERAL),
                                              (key(4096, dtype="fp16"), SMALL_M)])
-    config = lookup(path, **key(256, dtype="fp16"))
+    config = triton(path, **key(256, dtype="fp16"))
     assert dict(config) == SMALL_M and config.source == "nearest"
     assert config.bucket[-1] == "fp16"
 
@@ -248,12 +258,12 @@ def test_a_dtype_the_op_has_no_entry_of_gets_the_model_pick_from_the_tuned_value
     entries = [(key(16), SMALL_M), (key(512), SPLITK), (key(4096), GENERAL)]
     path = write_table(tmp_path / "t.yaml", entries)
     shape = Shape(300, 5000, 4096, "fp16", "nn")
-    config = lookup(path, **shape.key())
+    config = triton(path, **shape.key())
     assert config.source == "model" and config.bucket is None
     for name, value in config.items():
         assert value in {c[name] for _, c in entries if name in c}, name
     assert KERNELS["mm"].feasible(dict(config), meta_gemm(shape), H100_SMEM) is None
-    assert lookup(path, **shape.key()) is config
+    assert triton(path, **shape.key()) is config
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -267,39 +277,183 @@ def test_the_model_sees_the_layout_the_strides_give(tmp_path, monkeypatch, layou
     monkeypatch.setattr("tuner.model.rank_configs", spy)
     path = write_table(tmp_path / "t.yaml", [(key(512), GENERAL)])
     shape = Shape(300, 5000, 4096, "fp32", layout)
-    assert lookup(path, **shape.key()).source == "model"
+    assert triton(path, **shape.key()).source == "model"
     assert ranked == [shape]
 
 
-def test_the_default_answers_when_the_model_cannot(tmp_path, monkeypatch):
+def test_cublas_answers_a_dtype_the_model_cannot_and_the_default_what_cublas_cannot_run(
+        tmp_path, monkeypatch):
+    """A dtype the op has no entry of, and no model pick: cuBLAS, warned once per key. The
+    default only where cuBLAS cannot run the key either (fp8 in another layout than
+    torch._scaled_mm's)."""
     path = write_table(tmp_path / "t.yaml", [(key(512), GENERAL)])
+    fp8_nn = key(512, dtype="fp8e4m3")
     monkeypatch.setitem(sys.modules, "tuner.model", None)  # an import of it fails
-    with pytest.warns(RuntimeWarning, match="no tuned mm config"):
-        assert lookup(path, **key(512, dtype="fp16")).source == "default"
+    with pytest.warns(RuntimeWarning, match="no tuned mm config .* using cublas"):
+        assert lookup(path, **key(512, dtype="fp16")) is runtime.CUBLAS_CONFIG
+    with pytest.warns(RuntimeWarning, match="no tuned mm config .* using default"):
+        assert lookup(path, **fp8_nn) is runtime.DEFAULT_CONFIGS["mm"]
     runtime.clear_cache()
     monkeypatch.setitem(sys.modules, "tuner.model", model)
     monkeypatch.setattr(model, "rank_configs", lambda *args, **kwargs: [])
-    with pytest.warns(RuntimeWarning, match="no tuned mm config"):
-        assert lookup(path, **key(512, dtype="fp16")).source == "default"
+    with pytest.warns(RuntimeWarning, match="no tuned mm config .* using cublas"):
+        assert lookup(path, **key(512, dtype="fp16")) is runtime.CUBLAS_CONFIG
+    with pytest.warns(RuntimeWarning, match="no tuned mm config .* using default"):
+        assert lookup(path, **fp8_nn) is runtime.DEFAULT_CONFIGS["mm"]
 
 
-def test_an_op_the_table_lacks_gets_its_default_once_per_key(three_sizes):
+def test_an_op_the_table_lacks_gets_cublas_warned_once_per_key(three_sizes):
+    """Nothing tuned says which tile suits the op: torch's GEMM, tuned for every shape, does."""
     gemv = dict(M=1, N=4096, K=4096, dtype="bf16", stride_am=4096, stride_bk=4096)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config = lookup(three_sizes, "gemv", **gemv)
         assert lookup(three_sizes, "gemv", **gemv) is config
         lookup(three_sizes, "gemv", **(gemv | {"K": 2048}))
-    assert config is runtime.DEFAULT_CONFIGS["gemv"]
-    assert config.source == "default" and config.bucket is None
+    assert config is runtime.CUBLAS_CONFIG
+    assert config.source == "cublas" and config.bucket is None
     assert len(caught) == 2
     assert all(str(w.message).startswith("gemm-tuner: no tuned gemv config") for w in caught)
 
 
-def test_no_table_at_all_answers_default():
-    with pytest.warns(RuntimeWarning, match=r"\(no table: set TUNE_CONFIG\)"):
+def test_no_table_at_all_answers_cublas():
+    with pytest.warns(RuntimeWarning, match=r"\(no table: set TUNE_CONFIG\); using cublas"):
         config = runtime.get_tuned_config("mm", **key(512))
-    assert config is runtime.DEFAULT_CONFIGS["mm"]
+    assert config is runtime.CUBLAS_CONFIG
+
+
+# -- only configs the key can run; cuBLAS where no tuned one is to be trusted --------------------
+TMA_TILE = dict(GENERAL, variant="tma")
+
+
+def recording_first(asked: list):
+    """A stand-in for _fastest_predicted: records (candidates, variations), takes the first."""
+    def make(device_name):
+        def fastest(key, candidates, variations):
+            asked.append(([dict(c) for c in candidates], [dict(c) for c in variations]))
+            return candidates[0]
+        return fastest
+    return make
+
+
+def test_a_neighbour_config_that_cannot_run_the_key_is_passed_over(tmp_path, monkeypatch):
+    """B's rows of 4095 bf16 (8190 bytes) are no 16-byte multiple, so TMA cannot read them:
+    the closest bucket's TMA tile is no candidate, nor any variation of it; its padded
+    alternate is (pad 16 aligns the rows), the farther bucket's pointer tile too, and cuBLAS."""
+    asked = []
+    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    padded = dict(TMA_TILE, pad=16)
+    write_atomic(tmp_path / "t.yaml", {
+        "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
+        "ops": {"mm": {"strategy": LOG_M, "entries": [
+            {"key": key(512), "config": TMA_TILE, "alternates": [padded]},
+            {"key": key(4096), "config": GENERAL}]}}})
+    config = lookup(tmp_path / "t.yaml", **key(600, N=4095))
+    ((candidates, variations),) = asked
+    assert candidates == [padded, GENERAL, dict(runtime.CUBLAS_CONFIG)]
+    assert variations and all(v["pad"] == 16 for v in variations if v["variant"] == "tma")
+    assert dict(config) == padded and config.source == "nearest" and config.bucket[0] == 512
+
+
+@pytest.mark.parametrize("M, N, K", [(2048, 2046, 2048), (2, 2, 65536)])
+def test_a_key_no_tuned_config_can_run_gets_cublas_not_the_default(tmp_path, M, N, K):
+    """fp32 rows of 2046 or 2 floats (8184 or 8 bytes) are no 16-byte multiples: the only
+    fp32 bucket's TMA tile cannot run them. On an H200 such a 2x2x65536 call fell to the
+    default and ran 370 times slower than cuBLAS. Without cuBLAS, nothing tuned can run the
+    key, and the default answers."""
+    path = write_table(tmp_path / "t.yaml", [(key(2048, N=2048, K=2048, dtype="fp32"),
+                                              TMA_TILE)], dict.fromkeys(KEY_FIELDS, "default"))
+    asked = key(M, N=N, K=K, dtype="fp32")
+    assert lookup(path, **asked) is runtime.CUBLAS_CONFIG
+    with pytest.warns(RuntimeWarning, match="using default"):
+        assert triton(path, **asked) is runtime.DEFAULT_CONFIGS["mm"]
+
+
+def test_a_row_stride_beyond_the_row_is_judged_as_the_key_gives_it(tmp_path, monkeypatch):
+    """A's rows of 4096 bf16 4099 apart (a slice of a wider matrix: 8198 bytes, no 16-byte
+    multiple) rule TMA out; 4104 apart (8208 bytes) they let it in, even at M=500. Read as a
+    transposed A (as _layout has it), TMA would have depended on M's 1024 or 1000 bytes."""
+    asked = []
+    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    write_atomic(tmp_path / "t.yaml", {
+        "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
+        "ops": {"mm": {"strategy": LOG_M, "entries": [
+            {"key": key(512), "config": TMA_TILE, "alternates": [GENERAL]}]}}})
+    lookup(tmp_path / "t.yaml", **(key(512) | {"stride_am": 4099}))
+    lookup(tmp_path / "t.yaml", **(key(500) | {"stride_am": 4104}))
+    cublas = dict(runtime.CUBLAS_CONFIG)
+    assert [candidates for candidates, _ in asked] == [[GENERAL, cublas],
+                                                       [TMA_TILE, GENERAL, cublas]]
+
+
+def test_neighbours_beyond_max_octaves_give_way_to_cublas(tmp_path, monkeypatch):
+    """M=64 is 6 octaves from the only bucket (M=4096): its tile is a candidate, beside
+    cuBLAS. M=32 is 7: cuBLAS answers, and the model is not asked. Without cuBLAS the far
+    tile answers: a tuned config that can run the key beats the default."""
+    asked = []
+    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    path = write_table(tmp_path / "t.yaml", [(key(4096), GENERAL)])
+    assert runtime.MAX_NEIGHBOUR_OCTAVES == 6
+    assert dict(lookup(path, **key(64))) == GENERAL
+    assert [candidates for candidates, _ in asked] == [[GENERAL, dict(runtime.CUBLAS_CONFIG)]]
+    assert lookup(path, **key(32)) is runtime.CUBLAS_CONFIG and len(asked) == 1
+    far = triton(path, **key(32))
+    assert dict(far) == GENERAL and far.source == "nearest" and far.bucket[0] == 4096
+
+
+def test_cublas_answers_where_the_model_predicts_it_faster_than_every_candidate(three_sizes):
+    """The model itself. At 1500x4096x4096 the candidates (16-row, split-K and 128x256 tiles
+    tuned at M=16, 512 and 4096) and their variations are all predicted slower than cuBLAS
+    (the 128x256 tile makes 192 tiles, 1.45 waves of 132 SMs). At M=32 the 16-row tile tuned
+    at M=16 is predicted faster than cuBLAS, and answers."""
+    spec = model.H100_SXM
+    wide = Shape(1500, 4096, 4096, "bf16")
+    cublas_ms = model.predict_ms(wide, runtime.CUBLAS_CONFIG, spec)
+    assert all(model.predict_ms(wide, c, spec) > cublas_ms for c in (SMALL_M, SPLITK, GENERAL))
+    assert lookup(three_sizes, **key(1500)) is runtime.CUBLAS_CONFIG
+    narrow = Shape(32, 4096, 4096, "bf16")
+    assert (model.predict_ms(narrow, SMALL_M, spec)
+            < model.predict_ms(narrow, runtime.CUBLAS_CONFIG, spec))
+    config = lookup(three_sizes, **key(32))
+    assert dict(config) == SMALL_M and config.source == "nearest"
+
+
+def test_the_models_pick_for_a_new_dtype_gives_way_to_cublas_predicted_faster(tmp_path):
+    entries = [(key(16), SMALL_M), (key(512), SPLITK), (key(4096), GENERAL)]
+    path = write_table(tmp_path / "t.yaml", entries)
+    shape = Shape(300, 5000, 4096, "fp16", "nn")
+    pick = triton(path, **shape.key())
+    assert pick.source == "model"
+    assert (model.predict_ms(shape, runtime.CUBLAS_CONFIG, model.H100_SXM)
+            < model.predict_ms(shape, pick, model.H100_SXM))
+    with pytest.warns(RuntimeWarning, match="no tuned mm config .* using cublas"):
+        assert lookup(path, **shape.key()) is runtime.CUBLAS_CONFIG
+
+
+def test_the_best_answer_without_cublas(tmp_path, monkeypatch):
+    """A bucket tuned to cuBLAS answers cuBLAS from the table, and the same object every time;
+    without cuBLAS, the same key gets the bucket's alternate (measured by the same study) or a
+    neighbour's config, never cuBLAS, memoised apart. A neighbour tuned to cuBLAS stands for
+    cuBLAS among the candidates, not beside it."""
+    asked = []
+    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    cublas = dict(runtime.CUBLAS_CONFIG)
+    write_atomic(tmp_path / "t.yaml", {
+        "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
+        "ops": {"mm": {"strategy": LOG_M, "entries": [
+            {"key": key(512), "config": cublas, "alternates": [SPLITK]},
+            {"key": key(4096), "config": GENERAL}]}}})
+    path = tmp_path / "t.yaml"
+    tuned = lookup(path, **key(400))
+    assert dict(tuned) == cublas and tuned.source == "table" and not asked
+    best = triton(path, **key(400))
+    assert asked[-1][0] == [SPLITK, GENERAL]
+    assert dict(best) == SPLITK and best.source == "nearest" and best.bucket[0] == 512
+    assert lookup(path, **key(400)) is tuned and triton(path, **key(400)) is best
+    assert len(asked) == 1
+    near = lookup(path, **key(1500))  # bucket 2048: 1 octave from 4096, 2 from 512
+    assert asked[-1][0] == [GENERAL, cublas, SPLITK]
+    assert dict(near) == GENERAL
 
 
 def test_a_table_with_an_unknown_strategy_names_the_file_and_the_strategy(tmp_path):
@@ -312,12 +466,12 @@ def test_a_table_with_an_unknown_strategy_names_the_file_and_the_strategy(tmp_pa
 def test_tune_log_names_the_source_once_per_key(three_sizes, monkeypatch, caplog):
     monkeypatch.setenv(runtime.LOG_ENV_VAR, "1")
     caplog.set_level(logging.INFO, logger="tuner.runtime")
-    for m in (300, 300, 1500, 1500, 2048):
-        lookup(three_sizes, **key(m, N=5000))
+    for m in (32, 32, 1500, 1500, 24):
+        lookup(three_sizes, **key(m))
+    nearest_16 = "nearest bucket (16, 4096, 4096, 4096, 4096, 'bf16')"
     assert [r.getMessage() for r in caplog.records if r.name == "tuner.runtime"] == [
-        f"gemm-tuner: mm M={m} N=5000 K=4096 bf16 strides 4096,5000 -> nearest bucket "
-        f"({b}, 4096, 4096, 4096, 4096, 'bf16') from {three_sizes}"
-        for m, b in ((300, 512), (1500, 4096), (2048, 4096))]
+        f"gemm-tuner: mm M={m} N=4096 K=4096 bf16 strides 4096,4096 -> {answer} from "
+        f"{three_sizes}" for m, answer in ((32, nearest_16), (1500, "cublas"), (24, nearest_16))]
 
 
 def test_without_tune_log_nothing_is_logged(three_sizes, caplog):
@@ -334,7 +488,7 @@ def test_tune_log_shows_on_stderr_without_logging_configured():
         runtime.LOG_ENV_VAR: "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True)
-    assert out.stderr == ("gemm-tuner: mm M=3 N=4 K=5 fp16 strides 5,4 -> default "
+    assert out.stderr == ("gemm-tuner: mm M=3 N=4 K=5 fp16 strides 5,4 -> cublas "
                           "(no table: set TUNE_CONFIG)\n")
 
 

@@ -3,7 +3,8 @@
 The config comes from `tuner.runtime.get_tuned_config` (the table in $TUNE_CONFIG); a single
 row or column (M == 1 or N == 1) goes to the gemv kernel's table, everything else to mm's.
 A tuned config whose variant cannot run this very call (a bucket-mate with unaligned strides
-given a TMA config) falls back to the kernel's default config, with one warning per key.
+given a TMA config) falls back to cuBLAS (else the kernel's default config), with one warning
+per key.
 
 Both are torch operators (`torch.ops.tuner.mm`, `tuner.mm_out`, `tuner.linear`) with fake
 implementations, so `torch.compile(fullgraph=True)` traces through them, and with autograd
@@ -13,7 +14,8 @@ For the same reason a call key's Triton launches are recorded once and replayed 
 calls with the new operands' addresses (kernels/launches.py), skipping Triton's argument
 binding and specialization; and a public call whose signature (every tensor's shape, strides,
 dtype, device and alignment) was seen before skips validation too (`_Repeat`): that
-signature passed it already, and decides the launches.
+signature passed it already, and decides the launches. A key tuned to `cublas` goes straight
+to the torch function the user would have called.
 """
 from __future__ import annotations
 
@@ -26,10 +28,10 @@ import torch
 from tuner import runtime
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for, launches
-from tuner.kernels.base import Gemm, Kernel
-from tuner.kernels.launches import Replay
+from tuner.kernels.base import Gemm, Kernel, LibraryCalls
+from tuner.kernels.launches import Prepared, Replay
 from tuner.kernels.padding import pad_changes_nothing
-from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
+from tuner.runtime import CUBLAS_CONFIG, DEFAULT_CONFIGS, get_tuned_config
 
 
 @dataclass
@@ -37,10 +39,12 @@ class _Call:
     """What the dispatcher decided for one call key (`_call_key`), and how it launches."""
     kernel: Kernel
     config: Mapping
-    # The first call's launches, replayed for later ones (kernels/launches.py); None until
-    # recorded, and for configs that launch more than Triton kernels.
-    replay: Replay | None = None
-    recorded: bool = False
+    # How later calls compute (kernels/launches.py); None until the first call ran.
+    prepared: Prepared | None = None
+
+    @property
+    def library_calls(self) -> LibraryCalls | None:
+        return self.kernel.variant[self.config["variant"]].library_calls
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -65,10 +69,14 @@ def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
                              stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
     config, reason = runnable_config(kernel, tuned, gemm)
     if reason:
+        # The key cannot say everything the call does (a pointer off 16 bytes, a bucket-mate's
+        # strides): cuBLAS runs any call it can, the default config every other.
+        fallback = CUBLAS_CONFIG if kernel.unsupported(CUBLAS_CONFIG, gemm) is None \
+            else DEFAULT_CONFIGS[kernel.name]
         warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(tuned)} cannot run "
                       f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
-                      f"({reason}); using the default", RuntimeWarning, stacklevel=4)
-        config = DEFAULT_CONFIGS[kernel.name]
+                      f"({reason}); using {fallback.source}", RuntimeWarning, stacklevel=4)
+        config = fallback
     return kernel, config
 
 
@@ -96,7 +104,8 @@ def clear_cache() -> None:
     """Forget the decided plans and the loaded tables, e.g. after $TUNE_CONFIG or the table
     file changed (runtime.clear_cache alone would leave this module's plans in place)."""
     _CALLS.clear()
-    _REPEATS.clear()
+    _LINEAR_REPEATS.clear()
+    _MATMUL_REPEATS.clear()
     runtime.clear_cache()
 
 
@@ -111,7 +120,7 @@ def _compute(gemm: Gemm) -> _Call | None:
     Returns the call's plan (None for an empty product, which launches nothing).
 
     The first call of a key launches through Triton and records its launches; later calls
-    of a replayable config re-issue them with their own operands' addresses.
+    re-issue them with their own operands' addresses (kernels/launches.prepare).
     """
     M, N, K = gemm.mnk
     if M == 0 or N == 0:
@@ -121,17 +130,10 @@ def _compute(gemm: Gemm) -> _Call | None:
                        else gemm.bias.expand_as(gemm.out))
         return None
     call = _call(gemm)
-    operands = (gemm.a, gemm.b, gemm.out, gemm.bias, gemm.scale_a, gemm.scale_b)
-    if call.replay is not None:
-        call.replay(operands)
-    elif call.recorded:  # its config cannot be replayed
-        call.kernel.launch(gemm, call.config)
+    if call.prepared is None:
+        call.prepared = launches.prepare(call.kernel, call.config, gemm)
     else:
-        with launches.recording() as recorded:
-            call.kernel.launch(gemm, call.config)
-        call.recorded = True
-        if call.kernel.replayable(call.config):
-            call.replay = Replay.of(recorded, operands)
+        call.prepared(gemm)
     return call
 
 
@@ -250,52 +252,91 @@ _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
 # -- repeated calls ---------------------------------------------------------------------------
-@dataclass(frozen=True)
 class _Repeat:
-    """What a public call needs when its signature (`_tensor_signature` of every argument)
-    comes again: the replay of its launches and the output to allocate. Validation is
-    skipped: the signature holds everything it checks (shapes, dtypes, devices), and passed."""
-    replay: Replay
-    out_shape: torch.Size
-    out_dtype: torch.dtype
-    device: torch.device
+    """What a public call runs when its signature (`_described` of its arguments) comes
+    again. Validation is skipped: the signature holds everything it checks (shapes, dtypes,
+    devices, alignment), and passed."""
 
-    def new_out(self) -> torch.Tensor:
-        return torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+    def linear(self, x, weight, bias) -> torch.Tensor:
+        raise NotImplementedError
 
-
-# Per public-call signature: its _Repeat, or None where later calls take the full path (a
-# config that cannot be replayed, an empty product, or an input reshape that copied).
-_REPEATS: dict[tuple, _Repeat | None] = {}
+    def matmul(self, a, b, out, scale_a, scale_b) -> torch.Tensor:
+        raise NotImplementedError
 
 
-def _tensor_signature(t: torch.Tensor | None) -> tuple | None:
+class _Replayed(_Repeat):
+    """A replayed Triton call: allocate the output, re-issue the recorded launches. The shape
+    is kept as a plain tuple and linear's output comes from x.new_empty: both spare torch's
+    argument parsing some work on every call."""
+
+    def __init__(self, replay: Replay, out: torch.Tensor):
+        self.replay = replay
+        self.out_shape, self.out_dtype, self.device = tuple(out.shape), out.dtype, out.device
+
+    def linear(self, x, weight, bias):
+        out = x.new_empty(self.out_shape)  # linear's output has x's dtype and device
+        self.replay((x, weight, out, bias, None, None))
+        return out
+
+    def matmul(self, a, b, out, scale_a, scale_b):
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        self.replay((a, b, out, None, scale_a, scale_b))
+        return out
+
+
+class _Library(_Repeat):
+    """A library variant's call: the torch function itself (kernels.base.LibraryCalls)."""
+
+    def __init__(self, calls: LibraryCalls):
+        self.linear = calls.linear
+        self._matmul = calls.matmul
+
+    def matmul(self, a, b, out, scale_a, scale_b):
+        return self._matmul(a, b, out, scale_a, scale_b)
+
+
+# Per public-call signature (`_described` of each argument): its _Repeat, or None where later
+# calls take the full path (an empty product, an interpreted kernel, or an input reshape that
+# copied). One dict per public function.
+_LINEAR_REPEATS: dict[tuple, _Repeat | None] = {}
+_MATMUL_REPEATS: dict[tuple, _Repeat | None] = {}
+
+
+def _described(t: torch.Tensor | None) -> tuple | None:
     """What of an argument decides a call's checks and launches: its address only through
-    the 16-byte alignment Triton specializes on."""
+    the alignment Triton specializes on. Every repeated call computes this for each
+    argument, so it reads as few attributes as that takes."""
     if t is None:
         return None
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15
 
 
-def _remember(signature: tuple, call: _Call | None, out: torch.Tensor,
+def _remember(repeats: dict, signature: tuple, call: _Call | None, out: torch.Tensor,
               same_addresses: bool) -> None:
-    """Note how later calls of `signature` run: replayed if its launches can be, and if the
-    operands the launches read sit at the arguments' own addresses (`same_addresses`)."""
-    if signature not in _REPEATS:
-        replay = call.replay if call is not None and same_addresses else None
-        _REPEATS[signature] = None if replay is None else _Repeat(replay, out.shape,
-                                                                  out.dtype, out.device)
+    """Note how later calls of `signature` run: a library variant's torch function, or the
+    replay of the launches if they can be replayed and the operands they read sit at the
+    arguments' own addresses (`same_addresses`)."""
+    if signature in repeats:
+        return
+    repeat = None
+    if call is not None and call.library_calls is not None:
+        repeat = _Library(call.library_calls)
+    elif call is not None and call.prepared.replay is not None and same_addresses:
+        repeat = _Replayed(call.prepared.replay, out)
+    repeats[signature] = repeat
 
 
 # -- the public functions ---------------------------------------------------------------------
-def _records_grad(*tensors: torch.Tensor | None) -> bool:
+def _records_grad(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None) -> bool:
     """True when autograd must record this call: grad mode, and an input that needs one."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    return torch.is_grad_enabled() and (a.requires_grad or b.requires_grad
+                                         or (c is not None and c.requires_grad))
 
 
-def _direct(*tensors: torch.Tensor | None) -> bool:
+def _direct(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None) -> bool:
     """True when the operator machinery adds nothing: eager, and no gradient to record."""
-    return not torch.compiler.is_compiling() and not _records_grad(*tensors)
+    return not torch.compiler.is_compiling() and not _records_grad(a, b, c)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
@@ -309,14 +350,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     """
     signature = None
     if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
-        signature = ("matmul", allow_tf32, _tensor_signature(a), _tensor_signature(b),
-                     _tensor_signature(out), _tensor_signature(scale_a),
-                     _tensor_signature(scale_b))
-        repeat = _REPEATS.get(signature)
+        signature = (_described(a), _described(b), _described(out), _described(scale_a),
+                     _described(scale_b), allow_tf32)
+        repeat = _MATMUL_REPEATS.get(signature)
         if repeat is not None and not _records_grad(a, b, out):
-            out = repeat.new_out() if out is None else out
-            repeat.replay((a, b, out, None, scale_a, scale_b))
-            return out
+            return repeat.matmul(a, b, out, scale_a, scale_b)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
@@ -333,7 +371,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
         return out
     out = _new_out(a, N, out_dtype) if out is None else out
     call = _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
-    _remember(signature, call, out, same_addresses=True)
+    _remember(_MATMUL_REPEATS, signature, call, out, same_addresses=True)
     return out
 
 
@@ -346,13 +384,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     signature = None
     if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
-        signature = ("linear", allow_tf32, _tensor_signature(x), _tensor_signature(weight),
-                     _tensor_signature(bias))
-        repeat = _REPEATS.get(signature)
+        signature = (_described(x), _described(weight), _described(bias), allow_tf32)
+        repeat = _LINEAR_REPEATS.get(signature)
         if repeat is not None and not _records_grad(x, weight, bias):
-            out = repeat.new_out()
-            repeat.replay((x, weight, out, bias, None, None))
-            return out
+            return repeat.linear(x, weight, bias)
     if x.dim() < 1 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: expected x (..., K) and weight (N×K), got {tuple(x.shape)} "
                          f"and {tuple(weight.shape)}")
@@ -365,5 +400,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return _linear(x, weight, bias, allow_tf32)
     out, call, x2 = _linear_run(x, weight, bias, allow_tf32)
     # A replay reads x where the first call's launches read x2: the same only for a view.
-    _remember(signature, call, out, same_addresses=x2.data_ptr() == x.data_ptr())
+    _remember(_LINEAR_REPEATS, signature, call, out,
+              same_addresses=x2.data_ptr() == x.data_ptr())
     return out

@@ -27,6 +27,9 @@ How `predict_ms` times one config:
   few tiles) and pays fp32 partials and a finishing kernel; gemv streams the matrix once
   on the CUDA cores.
 - A kernel takes at least its DRAM bytes at sustained bandwidth, and a launch overhead.
+- cuBLAS (the `cublas` variant, torch's own GEMM) is a roofline at the rates it was measured
+  to sustain, slower where operand strides are unaligned: the yardstick the runtime's
+  fallback holds tuned candidates to.
 
 Hopper-shaped: the rules for wgmma, TMA and the cp.async pipeline are sm_90's; other devices
 get their own peak rates and bandwidth but Hopper's rules.
@@ -63,7 +66,8 @@ FP32_BYTES = 4  # accumulators and split-K partials
 # numerically to the anchor measurements (/work/shared/anchors), but three were picked among
 # plausible values with measurements in view, and their comments say so: SCALAR_LOAD_SLOTS,
 # LOAD_LATENCY_S and INFLIGHT_BYTES_PER_SM. One, KMAJOR_B_TWO_GROUP_SLOWDOWN, is a ratio of
-# H200 timings, for an effect the model's terms do not explain.
+# H200 timings, for an effect the model's terms do not explain; the CUBLAS_* ones are read off
+# H200 timings of cuBLAS itself, which the model does not describe kernel by kernel.
 
 # Dense GEMMs sustain ~80% of the datasheet tensor peak: the peak assumes the boost clock,
 # which drops under full tensor load (chipsandcheese.com, "Nvidia's H100: Funny L2, and Tons
@@ -126,6 +130,17 @@ BASE_REGS = 40
 SPILL_SLOWDOWN = 3.0
 # Relaxed fp32 atomics resolve in L2 at about half the rate of plain stores.
 ATOMIC_TRAFFIC_FACTOR = 2.0
+# cuBLAS (the `cublas` variant), modelled as a roofline rather than by its kernels. On one
+# H200 (benchmarks/results/h200-issue4/vs_cublas.md) it reached 0.70-0.76 of the datasheet
+# tensor rate on the large aligned bf16 GEMMs (688-754 TF/s) and 0.74 of the fp32 rate at
+# 2048³; its memory-bound GEMMs with one or 16 rows moved their bytes at 0.72-0.76 of the
+# datasheet bandwidth once a launch and a load latency are taken off (1x4096x4096,
+# 1x28672x4096, 16x4096x4096), though at 0.53 and 0.63 for 1x6144x4096 and 1x4096x14336.
+CUBLAS_MATMUL_FRACTION = 0.75
+CUBLAS_DRAM_FRACTION = 0.75
+# Operand strides that are not 16-byte multiples keep cuBLAS from its fast Hopper kernels:
+# 4097x4095x4100 bf16 ran at 146.6 TF/s, 5.1 times its aligned-rate roofline (same file).
+CUBLAS_UNALIGNED_SLOWDOWN = 5.0
 # A K loop run once per program (general, tma, split-K) by two wgmma warp groups (8 warps)
 # on a B stored K-contiguous (layout 't') runs this much slower than the model's step: a
 # measured figure, the one constant here fitted to timings (see _loop_slowdown).
@@ -719,8 +734,27 @@ def _gemv(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
     return max(compute, _dram_seconds(dram_bytes, spec)) + LAUNCH_S
 
 
+def _cublas(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
+    """torch's own GEMM (kernels/cublas.py): the GEMM's roofline at the rates cuBLAS
+    sustains, plus one launch and one load latency (its pipeline's fill, as a tile kernel's).
+
+    A roofline, not a model of cuBLAS's kernels: on the 24 shapes of
+    benchmarks/results/h200-issue4/vs_cublas.md it predicts 0.73-1.16x the measured time,
+    under 0.9x on mid-sized GEMMs, whose wave quantization it does not see. So where a tuned
+    tile and cuBLAS run close, it leans to cuBLAS; a tile predicted faster still has the
+    model's reasons for it.
+    """
+    rate = spec.matmul_tflops(ops.dtype, allow_tf32=ops.tensor_cores) * 1e12
+    compute = ops.flops / (rate * CUBLAS_MATMUL_FRACTION)
+    if not ops.tma_addressable:
+        compute *= CUBLAS_UNALIGNED_SLOWDOWN
+    bandwidth = spec.dram_tbps * 1e12 * CUBLAS_DRAM_FRACTION
+    memory = (ops.a_bytes + ops.b_bytes + ops.c_bytes) / bandwidth
+    return max(compute, memory) + LOAD_LATENCY_S + LAUNCH_S
+
+
 _VARIANT_SECONDS = {"general": _general, "tma": _tma, "persistent": _persistent,
-                    "splitk": _splitk, "gemv": _gemv}
+                    "splitk": _splitk, "gemv": _gemv, "cublas": _cublas}
 
 
 @lru_cache(maxsize=1024)
@@ -795,7 +829,7 @@ def _scored(shape: Shape, space: SearchSpace, spec: DeviceSpec,
     re-timing, then to the space's order."""
     operands = _operands(shape, 0, allow_tf32)  # padding changes neither dtype nor itemsize
     seconds = _shape_timer(shape, spec, allow_tf32)
-    scored = [(seconds(config) * 1e3, _smem_bytes(config, operands), config["num_warps"],
+    scored = [(seconds(config) * 1e3, _smem_bytes(config, operands), config.get("num_warps", 0),
                index, config)
               for index, config in enumerate(space.configs())
               if config["variant"] in _VARIANT_SECONDS]

@@ -5,19 +5,33 @@ on the raw key (first sight of a key answers it and memoises the answer). A key 
 in this order, by:
 
 - `table`: the entry of its bucket (bucket_key under the op's strategy, as the tuner grouped
-  shapes and the export keyed them);
-- `nearest`: among the configs of the NEAREST_BUCKETS tuned buckets of the same op and dtype
-  closest in log2 of M, N and K, and their entries' alternates (runner-up tiles their studies
-  measured), the one the analytical model predicts fastest for the key (the closest bucket's,
+  shapes and the export keyed them), as it is: the dispatcher checks that it can run the call;
+- `nearest`: among the configs that can run the key (`Kernel.unsupported` on the key's GEMM as
+  meta tensors: a TMA-fed config on unaligned strides cannot, its padded twin may) of the
+  NEAREST_BUCKETS tuned buckets of the same op and dtype closest in log2 of M, N and K, no
+  farther than MAX_NEIGHBOUR_OCTAVES, and their entries' alternates (runner-up tiles their
+  studies measured), the one the analytical model predicts fastest (the closest bucket's,
   without the model): a config measured fast at a neighbouring size is a far better guess
   than a generic one, and the model tells a split-K neighbour from a large-tile one. Variations
   of the candidates that suit the key better (a split-K candidate at the key's other splits, a
   TMA-fed one with another BLOCK_K or num_stages, a tile that would leave SMs idle with BLOCK_M
   or BLOCK_N halved: `_variation_maker`) answer instead when the model predicts one
   VARIATION_MARGIN faster than every measured candidate;
-- `model`: for a dtype the op has no entry of, the analytical model's pick among the values
-  the op's tuned configs use (tuner.model; imported on first need, so only then torch);
-- `default`: DEFAULT_CONFIGS[op], with one RuntimeWarning per key.
+- `cublas`: torch's own GEMM (CUBLAS_CONFIG, kernels/cublas.py) where no tuned config is to
+  be trusted: the model predicts it faster than every candidate above, or no runnable
+  neighbour lies within MAX_NEIGHBOUR_OCTAVES, or the table holds no entry of the op, or
+  (for a dtype the op has no entry of) the model has no runnable pick or predicts cuBLAS
+  faster than it;
+- `nearest` again, from runnable neighbours farther away, where cuBLAS cannot run the key
+  (fp8 in another layout than torch._scaled_mm's);
+- `model`: for a dtype the op has no entry of (or none that can run the key, where cuBLAS
+  cannot either), the analytical model's pick among the values the op's tuned configs use
+  (tuner.model; imported on first need, so only then torch);
+- `default`: DEFAULT_CONFIGS[op], where nothing above can run the key.
+
+A key answered by the default, or by cuBLAS for want of any entry of its op and dtype, gets
+one RuntimeWarning. `get_tuned_config_without` answers as if some variants did not exist
+(`("cublas",)`: the best Triton config, which benchmarks report beside cuBLAS).
 
 The answer is a read-only mapping that also says which of these answered (`TunedConfig`);
 with TUNE_LOG=1 each raw key's answer is logged once, to the "tuner.runtime" logger. The
@@ -30,7 +44,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
@@ -68,6 +82,13 @@ MIN_HALVED_BLOCK = 16
 # (benchmarks/results/h200-issue6/validate-extra-tuned-*.md). The order figures:
 # benchmarks/candidate_pool.py order.
 VARIATION_MARGIN = 0.05
+# How far (log distance: octaves summed over M, N and K) a tuned bucket may lie from a key for
+# its configs to answer it. The hold-out keys of benchmarks/shapes, answered from the tables
+# of benchmarks/results/h200-issue6, took their answers from buckets up to 5.8 octaves away
+# and ran at most 28% behind a fresh tune of the key (validate*.md there). No answer from
+# farther away was measured: there the tile was tuned for a GEMM some 64 times larger or
+# smaller in its work, and nothing says it still suits, while cuBLAS is tuned for every shape.
+MAX_NEIGHBOUR_OCTAVES = 6.0
 # The mm variants whose K loop TMA feeds (kernels/tma.py, kernels/persistent.py): the ones
 # whose pipeline a variation may re-choose (_variation_maker).
 TMA_FED = ("tma", "persistent")
@@ -75,8 +96,9 @@ TMA_FED = ("tma", "persistent")
 
 class TunedConfig(Mapping):
     """A config to launch, read-only (the runtime hands the same object to every call of a key),
-    with where it came from: `source` is "table", "nearest", "model" or "default"; `bucket` is
-    the bucket key of the table entry it came from (None for "model" and "default")."""
+    with where it came from: `source` is "table", "nearest", "cublas", "model" or "default"
+    (see the module docstring); `bucket` is the bucket key of the table entry it came from
+    (None for the others)."""
 
     __slots__ = ("_values", "_source", "_bucket")
 
@@ -108,15 +130,21 @@ class TunedConfig(Mapping):
                 f"bucket={self._bucket!r})")
 
 
-# What a key that was never tuned gets: safe on any CUDA GPU for every dtype (fits shared
-# memory on pre-Hopper parts too) and reasonable on large shapes; the variants they name run
-# any call of their kernel (the pointer GEMM; gemv for a single row or column).
+# What a key gets where neither a tuned config nor cuBLAS can run it: safe on any CUDA GPU for
+# every dtype (fits shared memory on pre-Hopper parts too) and reasonable on large shapes; the
+# variants they name run any call of their kernel (the pointer GEMM; gemv for a single row or
+# column).
 DEFAULT_CONFIGS: dict[str, TunedConfig] = {
     "mm": TunedConfig({"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128,
                        "BLOCK_K": 32, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}, "default"),
     "gemv": TunedConfig({"variant": "gemv", "pad": 0, "BLOCK_M": 64, "BLOCK_K": 128,
                          "num_stages": 2, "num_warps": 4}, "default"),
 }
+# What a key gets where cuBLAS answers: the variant calling torch's own GEMM
+# (kernels/cublas.py), which every op has. It runs every key but fp8 ones in another layout
+# than torch._scaled_mm's and fp32 ones whose tf32 choice is not torch's.
+CUBLAS = "cublas"
+CUBLAS_CONFIG = TunedConfig({"variant": CUBLAS, "pad": 0}, "cublas")
 
 
 def _log_sizes(bucket: tuple) -> tuple[float, ...]:
@@ -151,19 +179,32 @@ class OpTable:
         """The config of the key's bucket, if the table has it."""
         return self.by_bucket.get(bucket_key(key, self.strategy))
 
-    def nearest(self, key: Mapping[str, object]) -> list[TunedConfig]:
-        """The configs, then the alternates, of the closest buckets of the key's dtype,
-        closest first (file order on a tie), each config once, until NEAREST_BUCKETS distinct
-        entry configs are in; none without an entry of the dtype."""
+    def has_dtype(self, dtype: str) -> bool:
+        """Whether the op has an entry of this dtype (else only the model's pick answers)."""
+        return bool(self.neighbours.get(dtype))
+
+    def nearest(self, key: Mapping[str, object], allowed: Callable[[Mapping], bool],
+                max_octaves: float = math.inf) -> list[TunedConfig]:
+        """The allowed configs, then alternates, of the closest buckets of the key's dtype no
+        farther than max_octaves, closest first (file order on a tie), each config once, until
+        NEAREST_BUCKETS distinct entry configs are in; none without such a bucket. An entry
+        whose own config is not allowed (cannot run the key) stands for its first allowed
+        alternate, and one with none is passed over: the count is of configs that can answer."""
         bucket = bucket_key(key, self.strategy)
         here = _log_sizes(bucket)
-        closest = sorted(self.neighbours.get(bucket[_DTYPE_FIELD], ()),
-                         key=lambda neighbour: _log_distance(here, neighbour[0]))
+        by_distance = sorted(((_log_distance(here, sizes), configs) for sizes, configs
+                              in self.neighbours.get(bucket[_DTYPE_FIELD], ())),
+                             key=lambda neighbour: neighbour[0])
         candidates: dict[tuple, TunedConfig] = {}
         entry_configs: set[tuple] = set()
-        for _, configs in closest:
-            entry_configs.add(config_signature(configs[0]))
-            for config in configs:
+        for distance, configs in by_distance:
+            if distance > max_octaves:
+                break
+            usable = [config for config in configs if allowed(config)]
+            if not usable:
+                continue
+            entry_configs.add(config_signature(usable[0]))
+            for config in usable:
                 candidates.setdefault(config_signature(config), config)
             if len(entry_configs) == NEAREST_BUCKETS:
                 break
@@ -183,13 +224,56 @@ def _shape_of(key: Mapping):
     return Shape(*sizes, key["dtype"], _layout(*sizes, key["stride_am"], key["stride_bk"]))
 
 
+def _runnability(op: str) -> Callable[[Mapping], Callable[[Mapping], bool]] | None:
+    """A function giving, for a raw key, whether the op's kernel can run a config on it: the
+    kernel's own verdict (Kernel.unsupported) on the key's GEMM as meta tensors (_key_gemm).
+    None when the kernels cannot be imported: every config then counts as runnable."""
+    try:
+        from tuner.kernels import KERNELS
+    except ImportError:
+        return None
+    kernel = KERNELS.get(op)
+    if kernel is None:
+        return None
+
+    def on(key: Mapping) -> Callable[[Mapping], bool]:
+        gemm = _key_gemm(key)
+        return lambda config: (config["variant"] in kernel.variant
+                               and kernel.unsupported(config, gemm) is None)
+
+    return on
+
+
+def _key_gemm(key: Mapping):
+    """The key's GEMM on meta tensors, A and B with the key's own row strides. The key holds
+    no pointer, so the pointers count as 16-byte aligned (a meta tensor's is 0); the
+    dispatcher checks the call itself. _layout reads a row stride that is neither 1 nor the
+    row's length (a slice of a wider matrix) as a transposed operand; here it is kept."""
+    from tuner.execution import meta_gemm
+
+    gemm = meta_gemm(_shape_of(key))
+    return gemm.with_operands(_row_strided(gemm.a, key["stride_am"]),
+                              _row_strided(gemm.b, key["stride_bk"]), gemm.out)
+
+
+def _row_strided(operand, stride: int):
+    """The operand as laid out by _layout, or row-major with `stride` between its rows where
+    the stride is neither 1 (a transposed operand) nor what _layout gave it."""
+    import torch
+
+    if stride == 1 or operand.stride(0) == stride:
+        return operand
+    return torch.empty_strided(operand.shape, (stride, 1), dtype=operand.dtype, device="meta")
+
+
 def _variation_maker(op: str, device_name: str | None
-                     ) -> Callable[[Mapping, list], list] | None:
+                     ) -> Callable[[Mapping, list, Callable[[Mapping], bool]], list] | None:
     """A function giving the variations of a key's candidates that suit the key rather than
     the neighbour they were tuned for, each once and none a candidate itself; None when the
-    kernels cannot be imported (the candidates then stay as they are). Each variation must
-    run on the key. A neighbour's config was tuned for the neighbour's split of the work; the
-    parts of a config that follow from the call's size are re-chosen for the key:
+    kernels cannot be imported (the candidates then stay as they are). Each variation must be
+    allowed (run on the key: the lookup's predicate). A neighbour's config was tuned for the
+    neighbour's split of the work; the parts of a config that follow from the call's size are
+    re-chosen for the key:
 
     - Each split-K candidate at every other SPLIT_K of the op's built-in space. How many
       slices K is cut into is a matter of the call's shape, not of the tile: it should fill
@@ -214,8 +298,7 @@ def _variation_maker(op: str, device_name: str | None
       config on an H200, into 320 of 128x128 (three rounds, 81% full), 1.11x.
     """
     try:
-        from tuner.execution import meta_gemm
-        from tuner.kernels import KERNELS, kernel_variants
+        from tuner.kernels import kernel_variants
         from tuner.space import builtin_spaces
         from tuner.suggest import suggest_device
     except ImportError:
@@ -224,7 +307,7 @@ def _variation_maker(op: str, device_name: str | None
     params = space.params if space is not None else {}
     splits, stages = params.get("SPLIT_K", ()), params.get("num_stages", ())
     block_ks = params.get("BLOCK_K", ())
-    kernel, sm_count = KERNELS[op], suggest_device(device_name)[1].sm_count
+    sm_count = suggest_device(device_name)[1].sm_count
 
     def pipelines(config: Mapping) -> Iterator[dict]:
         """The config and, when TMA feeds it, its other K pipelines (each once)."""
@@ -256,15 +339,14 @@ def _variation_maker(op: str, device_name: str | None
                 yield pipeline
                 yield from halved(key, pipeline)
 
-    def of_candidates(key: Mapping, configs: list) -> list:
-        gemm = meta_gemm(_shape_of(key))
+    def of_candidates(key: Mapping, configs: list, allowed: Callable[[Mapping], bool]) -> list:
         taken = {config_signature(config) for config in configs}
         made = {}
         for config in configs:
             for other in variations(key, config):
                 signature = config_signature(other)
-                if signature not in taken and kernel.unsupported(other, gemm) is None:
-                    made.setdefault(signature, TunedConfig(other, config.source, config.bucket))
+                if signature not in taken and signature not in made and allowed(other):
+                    made[signature] = TunedConfig(other, config.source, config.bucket)
         return list(made.values())
 
     return of_candidates
@@ -289,9 +371,10 @@ def _tiles(sizes: Mapping[str, int], config: Mapping) -> int:
 
 def _fastest_predicted(device_name: str | None
                        ) -> Callable[[Mapping, list, list], TunedConfig] | None:
-    """A function giving, for a raw key, the measured candidate the analytical model predicts
-    fastest (tuner.model.fastest_of), or the variation it predicts fastest where that is
-    VARIATION_MARGIN faster still; None when the model cannot be imported."""
+    """A function giving, for a raw key, the candidate (a measured config, or cuBLAS) the
+    analytical model predicts fastest (tuner.model.fastest_of), or the variation it predicts
+    fastest where that is VARIATION_MARGIN faster still; None when the model cannot be
+    imported."""
     try:
         from tuner.model import fastest_of, predicted_or_inf
         from tuner.suggest import suggest_device
@@ -299,9 +382,9 @@ def _fastest_predicted(device_name: str | None
         return None
     spec = suggest_device(device_name)[1]
 
-    def fastest(key: Mapping, measured: list, variations: list) -> TunedConfig:
+    def fastest(key: Mapping, candidates: list, variations: list) -> TunedConfig:
         shape = _shape_of(key)
-        pick = measured[fastest_of(shape, measured, spec)]
+        pick = candidates[fastest_of(shape, candidates, spec)]
         if variations:
             challenger = variations[fastest_of(shape, variations, spec)]
             if (predicted_or_inf(shape, challenger, spec)
@@ -312,14 +395,15 @@ def _fastest_predicted(device_name: str | None
     return fastest
 
 
-def _model_picker(op: str, configs: list[Mapping],
-                  device_name: str | None) -> Callable[[Mapping], TunedConfig | None] | None:
+def _model_picker(op: str, configs: list[Mapping], device_name: str | None,
+                  excluded: frozenset[str]) -> Callable[[Mapping], TunedConfig | None] | None:
     """A function giving the analytical model's best config for a raw key, or None when the
     model cannot be imported or there is nothing to rank.
 
-    The model ranks the op's built-in space narrowed to the values (variants included) that the
-    table's configs of the op use: a small space (the cost of one new key stays a few ms), and
-    one that stays near what tuning chose on this device. Predictions are for the table's device.
+    The model ranks the op's built-in space narrowed to the values (variants included, less
+    the excluded ones) that the table's configs of the op use: a small space (the cost of one
+    new key stays a few ms), and one that stays near what tuning chose on this device.
+    Predictions are for the table's device.
     """
     try:
         from tuner.kernels import KERNELS, kernel_variants
@@ -332,9 +416,11 @@ def _model_picker(op: str, configs: list[Mapping],
     if space is None:
         return None
     used = {name: {c[name] for c in configs if name in c} for name in space.params}
+    narrowing = {name: values for name, values in used.items() if values}
+    narrowing["variant"] = used["variant"] - excluded
     try:
-        space = space.narrowed(**{name: values for name, values in used.items() if values})
-    except ValueError:  # the table's values of some parameter are none of the space's
+        space = space.narrowed(**narrowing)
+    except ValueError:  # none of the table's values of some parameter is left in the space
         return None
     kernel, spec = KERNELS[op], suggest_device(device_name)[1]
 
@@ -355,18 +441,24 @@ def _show_log_lines() -> None:
 
 
 class TunedTable:
-    """One loaded table file (or none: every key gets its default), and its answers so far."""
+    """One loaded table file (or none: every key gets cuBLAS or its default), and its answers
+    so far."""
 
     def __init__(self, path: Path | None):
         self.path = path
         self.ops: dict[str, OpTable] = {}
         self.device_name: str | None = None
+        # Per raw key (and, from get_tuned_config_without, the variants left out): the answer.
         self.memo: dict[tuple, TunedConfig] = {}
-        # Per op, once the model was needed: its picker (None: the model cannot answer).
-        self.model_pickers: dict[str, Callable[[Mapping], TunedConfig | None] | None] = {}
+        # Per op and excluded variants, once the model was needed: its picker (None: the model
+        # cannot answer).
+        self.model_pickers: dict[tuple[str, frozenset[str]],
+                                 Callable[[Mapping], TunedConfig | None] | None] = {}
         # Per op, once a key was answered from neighbours: its _variation_maker (None: no
         # kernels).
-        self.variation_makers: dict[str, Callable[[Mapping, list], list] | None] = {}
+        self.variation_makers: dict[str, Callable | None] = {}
+        # Per op, once a key needed it: its _runnability (None: no kernels).
+        self.runnability: dict[str, Callable[[Mapping], Callable[[Mapping], bool]] | None] = {}
         self.log = os.environ.get(LOG_ENV_VAR) == "1"
         if self.log:
             _show_log_lines()
@@ -385,53 +477,118 @@ class TunedTable:
         except BucketingError as e:  # e.g. a user strategy whose module this process lacks
             raise BucketingError(f"gemm-tuner table {path}: {e}") from None
 
-    def lookup(self, op: str, raw: tuple) -> TunedConfig:
-        """Answer a raw key seen for the first time (table, nearest, model, else default) and
-        memoise the answer."""
-        key = dict(zip(KEY_FIELDS, raw[1:]))
-        config = self._tuned_or_modelled(op, key)
+    def lookup(self, raw: tuple, excluded: frozenset[str] = frozenset()) -> TunedConfig:
+        """Answer a raw key seen for the first time (the op, then KEY_FIELDS' values, then
+        anything else the memo tells apart), leaving out configs of the excluded variants, and
+        memoise the answer under `raw`."""
+        op, key = raw[0], dict(zip(KEY_FIELDS, raw[1:1 + len(KEY_FIELDS)]))
+        config = self._answer(op, key, excluded)
         if config is None:
             config = DEFAULT_CONFIGS[op]
+        if config.source == "default" or (config is CUBLAS_CONFIG
+                                          and not self._has_entries(op, key["dtype"])):
             warnings.warn(f"gemm-tuner: no tuned {op} config for {key} in "
-                          f"{self.path or '(no table: set ' + ENV_VAR + ')'}; using default "
-                          f"{dict(config)}", RuntimeWarning, stacklevel=3)
+                          f"{self.path or '(no table: set ' + ENV_VAR + ')'}; using "
+                          f"{config.source} {dict(config)}", RuntimeWarning, stacklevel=3)
         self.memo[raw] = config
         if self.log:
             self._log_answer(op, key, config)
         return config
 
-    def _tuned_or_modelled(self, op: str, key: dict) -> TunedConfig | None:
-        """The table's or nearest entry's config; the model's only for an op the table has
-        entries of, none of them of this dtype (with no tuning of the op at all, nothing says
-        which of its configs to trust, and the default is the safe choice)."""
-        op_table = self.ops.get(op)
-        if op_table is None or not op_table.by_bucket:
-            return None
-        config = op_table.exact(key)
-        if config is not None:
-            return config
-        neighbours = op_table.nearest(key)
-        if neighbours:
-            variations = self._variations(op, key, neighbours)
-            if (len(neighbours) == 1 and not variations) or self.fastest is None:
-                return neighbours[0]
-            return self.fastest(key, neighbours, variations)
-        if op not in self.model_pickers:
-            self.model_pickers[op] = _model_picker(op, op_table.configs, self.device_name)
-        pick = self.model_pickers[op]
-        return None if pick is None else pick(key)
+    def _has_entries(self, op: str, dtype: str) -> bool:
+        return op in self.ops and self.ops[op].has_dtype(dtype)
 
-    def _variations(self, op: str, key: dict, candidates: list) -> list:
+    def _answer(self, op: str, key: dict, excluded: frozenset[str]) -> TunedConfig | None:
+        """The answer of the first source that has one (module docstring), None for the
+        default. The table's own entry needs no kernel: it answers before any is loaded."""
+        op_table = self.ops.get(op)
+        exact = op_table.exact(key) if op_table is not None else None
+        if exact is not None and exact["variant"] not in excluded:
+            return exact
+        allowed = self._allowed(op, key, excluded)
+        cublas = CUBLAS_CONFIG if allowed(CUBLAS_CONFIG) else None
+        if op_table is None or not op_table.by_bucket:
+            return cublas
+        if not op_table.has_dtype(key["dtype"]):
+            return self._modelled(op, key, allowed, excluded, cublas)
+        return self._from_neighbours(op_table, op, key, allowed, excluded, cublas)
+
+    def _from_neighbours(self, op_table: OpTable, op: str, key: dict,
+                         allowed: Callable[[Mapping], bool], excluded: frozenset[str],
+                         cublas: TunedConfig | None) -> TunedConfig | None:
+        """For a key whose dtype the op has entries of: its neighbours' configs within
+        MAX_NEIGHBOUR_OCTAVES (or cuBLAS where the model predicts it faster), else cuBLAS, else
+        the neighbours farther away, else the model's pick."""
+        trusted = op_table.nearest(key, allowed, MAX_NEIGHBOUR_OCTAVES)
+        if trusted:
+            return self._fastest_of(op, key, trusted, allowed, cublas)
+        if cublas is not None:
+            return cublas
+        farther = op_table.nearest(key, allowed)
+        if farther:
+            return self._fastest_of(op, key, farther, allowed, None)
+        return self._modelled(op, key, allowed, excluded, None)
+
+    def _allowed(self, op: str, key: dict, excluded: frozenset[str]
+                 ) -> Callable[[Mapping], bool]:
+        """Whether a config may answer the key: not of an excluded variant, and runnable on it
+        (_runnability, loaded once per op; each config judged once per key)."""
+        if op not in self.runnability:
+            self.runnability[op] = _runnability(op)
+        on = self.runnability[op]
+        runnable = on(key) if on is not None else lambda config: True
+        verdicts: dict[tuple, bool] = {}
+
+        def allowed(config: Mapping) -> bool:
+            signature = config_signature(config)
+            if signature not in verdicts:
+                verdicts[signature] = config["variant"] not in excluded and runnable(config)
+            return verdicts[signature]
+
+        return allowed
+
+    def _fastest_of(self, op: str, key: dict, candidates: list,
+                    allowed: Callable[[Mapping], bool],
+                    cublas: TunedConfig | None) -> TunedConfig:
+        """The model's choice among neighbour candidates, their variations and cuBLAS (listed
+        last, so that a tie goes to a tuned config; not again where a neighbour was tuned to
+        it); the first candidate without the model."""
+        variations = self._variations(op, key, candidates, allowed)
+        if cublas is not None and all(config["variant"] != CUBLAS for config in candidates):
+            candidates = [*candidates, cublas]
+        if (len(candidates) == 1 and not variations) or self.fastest is None:
+            return candidates[0]
+        return self.fastest(key, candidates, variations)
+
+    def _modelled(self, op: str, key: dict, allowed: Callable[[Mapping], bool],
+                  excluded: frozenset[str], cublas: TunedConfig | None) -> TunedConfig | None:
+        """The model's pick for a key no neighbour answers (_model_picker), or cuBLAS where it
+        has none or predicts cuBLAS faster. Only for an op the table has entries of: with no
+        tuning of the op at all, nothing says which of its configs to trust."""
+        picker_key = (op, excluded)
+        if picker_key not in self.model_pickers:
+            self.model_pickers[picker_key] = _model_picker(op, self.ops[op].configs,
+                                                           self.device_name, excluded)
+        pick_for = self.model_pickers[picker_key]
+        pick = pick_for(key) if pick_for is not None else None
+        if pick is None or not allowed(pick):
+            return cublas
+        if cublas is None or self.fastest is None:
+            return pick
+        return self.fastest(key, [pick, cublas], [])
+
+    def _variations(self, op: str, key: dict, candidates: list,
+                    allowed: Callable[[Mapping], bool]) -> list:
         """The candidates' variations for the key (_variation_maker, loaded on first need,
         once per op)."""
         if op not in self.variation_makers:
             self.variation_makers[op] = _variation_maker(op, self.device_name)
         make = self.variation_makers[op]
-        return [] if make is None else make(key, candidates)
+        return [] if make is None else make(key, candidates, allowed)
 
     @cached_property
     def fastest(self) -> Callable[[Mapping, list, list], TunedConfig] | None:
-        """The model's choice among nearest buckets and their variations, loaded on first need
+        """The model's choice among candidates and their variations, loaded on first need
         (None: no model)."""
         return _fastest_predicted(self.device_name)
 
@@ -479,7 +636,29 @@ def get_tuned_config(op: str, *, M: int, N: int, K: int, dtype: str, stride_am: 
         table = _tables.get(path) or _load(path)
     raw = (op, M, N, K, stride_am, stride_bk, dtype)
     config = table.memo.get(raw)
-    return config if config is not None else table.lookup(op, raw)
+    return config if config is not None else table.lookup(raw)
+
+
+def get_tuned_config_without(variants: Iterable[str], op: str, *, M: int, N: int, K: int,
+                             dtype: str, stride_am: int, stride_bk: int,
+                             path: str | os.PathLike | None = None) -> TunedConfig:
+    """get_tuned_config's answer were the named variants never tuned nor callable: with
+    ("cublas",), the best Triton config for the key (a cuBLAS table entry gives way to its
+    alternates and neighbours, and cuBLAS never answers). Memoised as get_tuned_config is;
+    a function of its own, so that get_tuned_config's memoised path stays one dict lookup."""
+    table = _table_at(path)
+    excluded = frozenset(variants)
+    raw = (op, M, N, K, stride_am, stride_bk, dtype, excluded)
+    config = table.memo.get(raw)
+    return config if config is not None else table.lookup(raw, excluded)
+
+
+def _table_at(path: str | os.PathLike | None) -> TunedTable:
+    """The loaded table at `path` (None: $TUNE_CONFIG's), as get_tuned_config finds it (which
+    inlines this: a call costs more than its memoised lookup)."""
+    if path is None:
+        return _default_table or _load_default()
+    return _tables.get(path) or _load(path)
 
 
 def clear_cache() -> None:

@@ -7,7 +7,8 @@ device, with the same kernel source and dtype, nearest first by distance in log 
 Only configs the study's space holds are kept: a winner from another space may have values
 this one does not search. After them come the analytical model's top configs for the shape
 (tuner.model), so even the first shape ever tuned starts from plausible tiles rather than
-from the sampler's random start-up trials.
+from the sampler's random start-up trials. Before all of them comes each library variant the
+space holds (cuBLAS): one config, the baseline every answer must beat, always measured.
 """
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ def in_space(config: Mapping, space: SearchSpace) -> bool:
     names = space.variant_params.get(config.get("variant"))
     return (names is not None and set(config) == set(names)
             and all(config[n] in space.params[n] for n in names if n != "variant"))
+
+
+def library_configs(kernel, space: SearchSpace) -> list[dict]:
+    """The one config of each library variant (no parameters of its own) the space offers."""
+    return [{"variant": v.name, "pad": 0} for v in kernel.variants
+            if v.library_calls is not None and in_space({"variant": v.name, "pad": 0}, space)]
 
 
 def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
