@@ -106,10 +106,14 @@ class Study(KeyColumns, Base):
     shape_K: Mapped[int]
     shape_layout: Mapped[str] = mapped_column(String(2))
     seed: Mapped[int]
+    # What the study optimised (tuner.objective): eager (loop_ms) or graph (p50_ms); None for
+    # a study stored before the choice existed.
+    launch: Mapped[str | None] = mapped_column(String(8))
     status: Mapped[str] = mapped_column(String(16), default="running")
     reason: Mapped[str | None] = mapped_column(Text)
-    baseline_ms: Mapped[float | None]  # cuBLAS (torch.matmul) on the same inputs
-    # The winner's timing from the final interleaved re-timing of the top configs, and the
+    baseline_ms: Mapped[float | None]  # cuBLAS (torch.matmul) device time on the same inputs
+    # The winner's timing from the final interleaved re-timing of the top configs, by the
+    # launch mode's figure (device ms for graph, ms per back-to-back call for eager), and the
     # trials that re-timed within the noise of it (a tie, broken by resources).
     final_p20_ms: Mapped[float | None]
     final_p50_ms: Mapped[float | None]
@@ -152,6 +156,10 @@ class Trial(Base):
     rel_error: Mapped[float | None]
     compile_s: Mapped[float | None]
     timing_method: Mapped[str | None] = mapped_column(Text)
+    # The call as the dispatcher makes it, back to back on the same inputs: host µs per call,
+    # and wall ms per call through the final synchronize (None before they were measured).
+    host_us: Mapped[float | None]
+    loop_ms: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     study: Mapped[Study] = relationship(back_populates="trials")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -54,11 +54,30 @@ def open_engine(url: str | None = None) -> Engine:
     try:
         with engine.connect() as conn, _schema_lock(conn):
             Base.metadata.create_all(conn)
+            _add_nullable_columns(conn)
             conn.commit()
     except SQLAlchemyError as e:
         first = str(e.orig if getattr(e, "orig", None) else e).splitlines()[0]
         raise DatabaseError(f"cannot open database {parsed.render_as_string()}: {first}") from None
     return engine
+
+
+def _add_nullable_columns(conn) -> None:
+    """Add to existing tables the nullable columns the models have and they lack.
+
+    create_all makes missing tables but never alters one, so a database written before a
+    column was added (trials' host_us and loop_ms, studies' launch) could not be read: its
+    rows get the column as NULL, which the code reads as "not measured". Nothing else about
+    a schema changes here.
+    """
+    inspector = inspect(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    for table in Base.metadata.sorted_tables:
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in present and column.nullable:
+                conn.execute(text(f"ALTER TABLE {quote(table.name)} ADD COLUMN "
+                                  f"{quote(column.name)} {column.type.compile(conn.dialect)}"))
 
 
 @contextmanager

@@ -106,19 +106,21 @@ class Store:
                              .filter_by(status="done")).first()
 
     def open_study(self, device, kernel, space, key: dict, shape: Shape, seed: int,
-                   retune: bool) -> Study:
-        """The latest unfinished study of this key, to resume, or a new one.
+                   retune: bool, launch: str) -> Study:
+        """The latest unfinished study of this key optimising `launch`, to resume, or a new
+        one (a study's sampler has learnt one figure: it cannot go on with the other).
 
         With retune a new study always starts: the old ones stay as history.
         """
         with self.sessions() as s:
             study = None if retune else s.scalars(
-                self._studies(device, kernel, space, key).filter_by(status="running")
+                self._studies(device, kernel, space, key)
+                .filter_by(status="running", launch=launch)
                 .options(selectinload(Study.trials))).first()
             if study is None:
                 study = Study(device_id=device.id, kernel_id=kernel.id, space_id=space.id,
                               **key, shape_M=shape.M, shape_N=shape.N, shape_K=shape.K,
-                              shape_layout=shape.layout, seed=seed, trials=[])
+                              shape_layout=shape.layout, seed=seed, launch=launch, trials=[])
                 s.add(study)
                 s.commit()
             return study
@@ -241,10 +243,13 @@ class Store:
 
     # -- reading back ---------------------------------------------------------------------
     def winners(self, device_ids: list[int] | None = None) -> list[Winner]:
-        """Winners with their device, kernel, study (and its space) and trial loaded."""
+        """Winners with their device, kernel, study (its space and trials: an export in the
+        other launch mode picks among them) and trial loaded."""
+        study = selectinload(Winner.study)
         query = select(Winner).options(
             selectinload(Winner.device), selectinload(Winner.kernel), selectinload(Winner.trial),
-            selectinload(Winner.study).selectinload(Study.space)).order_by(Winner.id)
+            study.selectinload(Study.space), study.selectinload(Study.trials)
+        ).order_by(Winner.id)
         if device_ids is not None:
             query = query.where(Winner.device_id.in_(device_ids))
         with self.sessions() as s:

@@ -1,7 +1,11 @@
 """Values several test modules build on."""
+import optuna
+from optuna.trial import TrialState
+
 from tuner.backends import DeviceInfo
 from tuner.kernels import kernel_variants
 from tuner.kernels.base import TILE_PARAMS
+from tuner.objective import call_tflops
 
 # What parse_space learns from the real kernels (tuner.kernels).
 KERNEL_VARIANTS = kernel_variants()
@@ -18,3 +22,16 @@ params: {variant: [general], pad: [0], BLOCK_M: [16, 32], BLOCK_N: [16, 32], BLO
 strategy: {M: align32, N: align32, K: align32, stride_am: align32, stride_bk: align32,
            dtype: default}
 """
+
+
+def told_and_objective(storage_url: str, study, trials, launch: str) -> tuple[dict, dict]:
+    """Per config, what a study's sampler was told (its completed Optuna trials), and what
+    it should have been told in `launch` mode: TFLOP/s at that mode's figure, 0 for a config
+    that did not run."""
+    told = {tuple(sorted(t.params.items())): t.value for t in optuna.load_study(
+        study_name=f"tuner-study-{study.id}", storage=storage_url).trials
+        if t.state == TrialState.COMPLETE}
+    objective = {tuple(sorted(t.params.items())):
+                 call_tflops(study.shape.flops, t, launch) if t.status == "ok" else 0.0
+                 for t in trials}
+    return told, objective

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.factories import H100, SMALL_SPACE
+from tests.factories import H100, SMALL_SPACE, told_and_objective
 from tuner import runtime
 from tuner.cli import main
 from tuner.shapes import Shape
@@ -84,6 +84,32 @@ def test_search_flags_reach_the_study_budget(workdir, monkeypatch):
     assert budgets[-1].exhaustive
     assert tune(workdir, *run_args(workdir), "--patience", "0").exit_code == 2
     assert tune(workdir, *run_args(workdir), "--sampler", "cmaes").exit_code == 2
+
+
+def test_the_launch_flag_picks_what_studies_optimise_and_both_figures_are_stored(workdir):
+    """Interpreter figures are wall clock, so which config wins is noise; what each study
+    told its sampler is not: TFLOP/s at its own mode's figure, for every trial."""
+    from tuner.db.models import Study
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+
+    (workdir / "shapes.csv").write_text("M,N,K,dtype\n40,48,64,bf16\n")
+    db = f"sqlite:///{workdir / 'tune.db'}"
+    for launch in ("graph", "eager"):
+        result = tune(workdir, *run_args(workdir, trials=3), "--launch", launch, "--retune")
+        assert result.exit_code == 0 and f"per {launch} call" in result.output, result.output
+    store = Store(session_factory(db))
+    with store.sessions() as s:
+        studies = list(s.query(Study).order_by(Study.id))
+    assert [study.launch for study in studies] == ["graph", "eager"]
+    for study in studies:
+        trials = store.trials_of(study)
+        assert all(t.host_us > 0 and t.loop_ms > 0 for t in trials if t.status == "ok")
+        told, objective = told_and_objective(db, study, trials, study.launch)
+        assert told == pytest.approx(objective) and len(told) >= 3
+    table = workdir / "tuned.yaml"
+    assert tune(workdir, "export", "-o", str(table)).exit_code == 0
+    assert yaml.safe_load(table.read_text())["launch"] == "eager"  # the latest run's mode
 
 
 def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):

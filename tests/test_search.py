@@ -6,11 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.factories import H100, VARIANTS
+from tests.factories import H100, VARIANTS, told_and_objective
 from tuner.db.session import optuna_storage, session_factory
 from tuner.db.store import Store
 from tuner.execution import TrialResult, meta_gemm
 from tuner.kernels import KERNELS
+from tuner.objective import EAGER, GRAPH
 from tuner.search import StudyBudget, StudyRunner
 from tuner.shapes import Shape
 from tuner.space import parse_space
@@ -30,13 +31,19 @@ def speed(config):
     return config["BLOCK_M"] * config["BLOCK_N"] * config["BLOCK_K"] / 1e3
 
 
+def loop_ms(config):
+    """Per back-to-back call: the device time, plus a slow host path for BLOCK_K=64."""
+    return 1.0 / speed(config) + (0.01 if config["BLOCK_K"] == 64 else 0.0)
+
+
 class ScriptedExecutor:
-    """Stands in for Executor: bigger tiles are faster; BLOCK_M=128 with 3 stages won't compile;
-    BLOCK_M=32, BLOCK_N=128 crashes its worker. Compiles finish at once."""
+    """Stands in for Executor: bigger tiles are faster on the device, but BLOCK_K=64 has a
+    slow host path; BLOCK_M=128 with 3 stages won't compile; BLOCK_M=32, BLOCK_N=128 crashes
+    its worker. Compiles finish at once."""
     options = SimpleNamespace(backend="gpu", compile_timeout_s=120.0)
 
     def __init__(self):
-        self.compiled, self.measured, self.retimed = [], [], []
+        self.compiled, self.measured, self.retimed, self.retimed_by = [], [], [], []
 
     def submit_compile(self, shape, kernel_name, config):
         self.compiled.append(config)
@@ -50,11 +57,14 @@ class ScriptedExecutor:
         if config["BLOCK_M"] == 32 and config["BLOCK_N"] == 128:
             return TrialResult("crashed", "worker killed by SIGSEGV")
         ms = 1.0 / speed(config)
-        return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, speed(config), 1e-3, None, "x")
+        return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, speed(config), 1e-3, None, "x",
+                           host_us=10.0, loop_ms=loop_ms(config))
 
-    def retime(self, slot, shape, seed, kernel_name, configs):
+    def retime(self, slot, shape, seed, kernel_name, configs, launch):
         self.retimed.append(configs)
-        return [Timing(0.99 / speed(c), 1.0 / speed(c), 1.01 / speed(c), 30, "x") for c in configs]
+        self.retimed_by.append(launch)
+        ms = [1.0 / speed(c) if launch == GRAPH else loop_ms(c) for c in configs]
+        return [Timing(m * 0.99, m, m * 1.01, 30, "x") for m in ms]
 
 
 @pytest.fixture
@@ -66,15 +76,16 @@ def world(tmp_path):
     run = store.start_run(device, "gpu", ["tune"])
 
     def runner(executor, trials, timeout=None, retune=False, space=SPACE, patience=None,
-               warm_start=(), exhaustive=False):
+               warm_start=(), exhaustive=False, launch=GRAPH):
         record = store.open_study(device, kernel_row, store.space(space), SHAPE.key(), SHAPE,
-                                  seed=3, retune=retune)
+                                  seed=3, retune=retune, launch=launch)
         return StudyRunner(store, optuna_storage(url), executor, 0, run, device, kernel_row,
                            record, KERNELS["mm"], space, SHAPE, 232448,
                            StudyBudget(trials, timeout, 3, batch=4, patience=patience,
-                                       exhaustive=exhaustive),
+                                       exhaustive=exhaustive, launch=launch),
                            lambda *a: None, warm_start=warm_start), record
-    return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row)
+    return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row,
+                           url=url)
 
 
 def signatures(configs):
@@ -93,6 +104,23 @@ def test_every_distinct_config_once_failures_recorded_best_retimed(world):
     assert outcome.best.tflops == max(map(speed, ok))
     assert len(executor.retimed) == 1 and len(executor.retimed[0]) == 3
     assert outcome.final.p50_ms == pytest.approx(1.0 / outcome.best.tflops)
+
+
+@pytest.mark.parametrize("launch, winner_block_k", [(GRAPH, 64), (EAGER, 32)])
+def test_the_launch_mode_decides_what_the_study_optimises(world, launch, winner_block_k):
+    """Every config of the space measured: device time alone crowns the fastest kernel
+    (BLOCK_K 64); eager calls pay its slow host path, so the best BLOCK_K 32 tile wins. The
+    sampler is told, and the top 3 re-timed, by the mode's figure."""
+    executor = ScriptedExecutor()
+    runner, record = world.runner(executor, trials=SPACE.size, launch=launch)
+    outcome = runner.run()
+    assert outcome.best.params["BLOCK_M"] == outcome.best.params["BLOCK_N"] == 128
+    assert outcome.best.params["BLOCK_K"] == winner_block_k
+    assert executor.retimed_by == [launch]
+    trials = world.store.trials_of(record)
+    assert all(t.loop_ms is not None and t.host_us == 10.0 for t in trials if t.status == "ok")
+    told, objective = told_and_objective(world.url, record, trials, launch)
+    assert told == objective
 
 
 def test_failures_are_remembered_and_skipped_by_the_next_study(world):

@@ -5,27 +5,34 @@ import warnings
 
 import pytest
 import yaml
+from click.testing import CliRunner
+from sqlalchemy import text as sql
 
 from tests.factories import H100, KERNEL_VARIANTS, VARIANTS
 from tuner import runtime
 from tuner.backends import DeviceInfo
 from tuner.bucketing import bucket_key
+from tuner.cli import main
 from tuner.db.session import DatabaseError, session_factory
 from tuner.db.store import Store
 from tuner.execution import TrialResult
 from tuner.export import (
     EXPAND_OP_NAMES,
+    NO_EXPAND_OP,
     ExportError,
     Pick,
     current_only,
     device_block,
     expand_document,
+    export_launch,
     select_device,
     study_trials,
     table_document,
     winner_picks,
     write_atomic,
 )
+from tuner.kernels import KERNELS
+from tuner.objective import EAGER, GRAPH, call_ms
 from tuner.shapes import Shape
 from tuner.space import builtin_spaces, parse_space
 
@@ -43,31 +50,42 @@ def config(bm, bn, bk, stages=3, warps=8, variant="general", pad=0, **extra):
             "GROUP_M": 8, "num_stages": stages, "num_warps": warps, **extra}
 
 
-def tune_fake(store, info, shape, results, kernel_hash="abc"):
-    """Record a study of `shape` with the given (params, TrialResult) list, as the tuner would."""
+def tune_fake(store, info, shape, results, kernel_hash="abc", launch=GRAPH):
+    """Record a study of `shape` with the given (params, TrialResult) list, as the tuner would
+    in the `launch` mode."""
     device = store.device(info)
     kernel = store.kernel("mm", kernel_hash)
     space = store.space(SPACE)
     run = store.start_run(device, "gpu", ["tune", "run"])
     key = dict(zip(("M", "N", "K", "stride_am", "stride_bk", "dtype"),
                    bucket_key(shape.key(), SPACE.strategy)))
-    study = store.open_study(device, kernel, space, key, shape, seed=0, retune=False)
+    study = store.open_study(device, kernel, space, key, shape, seed=0, retune=False,
+                             launch=launch)
     rows = [store.add_trial(study, run, i, params, **r.as_columns())
             for i, (params, r) in enumerate(results)]
     ok = [t for t in rows if t.status == "ok"]
-    best = max(ok, key=lambda t: t.tflops)
+    best = min(ok, key=lambda t: call_ms(t, launch))
     store.finish_study(study, best, baseline_ms=0.2)
     store.finish_run(run, "finished")
     return device, kernel, space, key, best
 
 
+def db_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'tune.db'}"
+
+
 @pytest.fixture
 def store(tmp_path):
-    return Store(session_factory(f"sqlite:///{tmp_path / 'tune.db'}"))
+    return Store(session_factory(db_url(tmp_path)))
 
 
-def ok(ms, tflops):
-    return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, tflops, 1e-3, 1.5, "events")
+def tune_cli(tmp_path, *args):
+    return CliRunner().invoke(main, [*args, "--db", db_url(tmp_path)], catch_exceptions=False)
+
+
+def ok(ms, tflops, loop_ms=None, host_us=None):
+    return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, tflops, 1e-3, 1.5, "events",
+                       host_us, loop_ms)
 
 
 SQUARE = Shape(4096, 4096, 4096, "bf16", "nn")
@@ -89,7 +107,7 @@ def test_trials_and_winner_round_trip(store):
     assert winner.device.name == H100.name and winner.kernel.source_hash == "abc"
     study = winner.study
     assert [t.status for t in store.open_study(device, kernel, space, key, SQUARE, 0,
-                                               retune=True).trials] == []
+                                               retune=True, launch=GRAPH).trials] == []
     with store.sessions() as s:
         from tuner.db.models import Trial
         statuses = sorted(t.status for t in s.query(Trial).filter_by(study_id=study.id))
@@ -108,11 +126,14 @@ def test_unfinished_study_is_resumed_with_its_trials(store):
     kernel, space = store.kernel("mm", "abc"), store.space(SPACE)
     run = store.start_run(device, "gpu", ["tune"])
     key = SQUARE.key()
-    study = store.open_study(device, kernel, space, key, SQUARE, 0, retune=False)
+    study = store.open_study(device, kernel, space, key, SQUARE, 0, retune=False, launch=EAGER)
     store.add_trial(study, run, 0, config(64, 64, 32), **ok(0.4, 345.0).as_columns())
-    again = store.open_study(device, kernel, space, key, SQUARE, 0, retune=False)
+    again = store.open_study(device, kernel, space, key, SQUARE, 0, retune=False, launch=EAGER)
     assert again.id == study.id and [t.params for t in again.trials] == [config(64, 64, 32)]
     assert store.finished_study(device, kernel, space, key) is None
+    # the sampler of a study has learnt one figure: the other mode starts its own study
+    graph = store.open_study(device, kernel, space, key, SQUARE, 0, retune=False, launch=GRAPH)
+    assert graph.id != study.id and graph.trials == [] and graph.launch == GRAPH
 
 
 def test_bad_database_urls_are_one_line_errors(tmp_path):
@@ -132,7 +153,7 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
                                       ok(0.01, 30.0))])
     device, winners = select_device(store.winners(), None)
 
-    expand = expand_document(winner_picks(winners))
+    expand = expand_document(winner_picks(winners, GRAPH))
     assert set(expand) == {"mm_general_tma", "mm_splitk"}
     space, strategy = expand[EXPAND_OP_NAMES["general"]]
     assert space["config"] is None
@@ -146,8 +167,8 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
     assert "pad" not in space and "variant" not in space  # FlagGems has neither
 
     path = tmp_path / "out" / "tuned.yaml"
-    write_atomic(path, table_document(device_block(device), winner_picks(winners),
-                                      {"mm": "abc"}))
+    write_atomic(path, table_document(device_block(device), winner_picks(winners, GRAPH),
+                                      {"mm": "abc"}, GRAPH))
     doc = yaml.safe_load(path.read_text())
     assert doc["device"]["name"] == H100.name and doc["device"]["triton"] == "3.6"
     (entry,) = [e for e in doc["ops"]["mm"]["entries"] if e["tuned_shape"].startswith("4096")]
@@ -179,14 +200,14 @@ def test_a_table_entry_carries_the_fastest_other_tile_its_study_measured(store, 
     tune_fake(store, H100, DECODE, [(config(32, 64, 128, 4, 4), ok(0.02, 25.0))])
     device, winners = select_device(store.winners(), None)
     kernel = winners[0].kernel
-    picks = winner_picks(winners, study_trials(store, device, kernel))
+    picks = winner_picks(winners, GRAPH, study_trials(store, device, kernel))
     assert {p.provenance["tuned_shape"]: p.alternates for p in picks} == {
         str(SQUARE): [config(128, 128, 32)], str(DECODE): []}
     path = tmp_path / "tuned.yaml"
-    write_atomic(path, table_document(device_block(device), picks, {"mm": "abc"}))
+    write_atomic(path, table_document(device_block(device), picks, {"mm": "abc"}, GRAPH))
     entries = yaml.safe_load(path.read_text())["ops"]["mm"]["entries"]
     assert [e.get("alternates") for e in entries] == [None, [config(128, 128, 32)]]  # by key
-    assert winner_picks(winners)[0].alternates == []  # no trials given: none
+    assert winner_picks(winners, GRAPH)[0].alternates == []  # no trials given: none
 
 
 def test_expand_refuses_one_op_under_two_strategies_and_names_them():
@@ -204,7 +225,9 @@ def test_builtin_spaces_share_a_strategy_wherever_they_share_an_expand_op():
     by_op = {}
     for space in spaces.values():
         for variant in space.params["variant"]:
-            by_op.setdefault(EXPAND_OP_NAMES[variant], []).append(space.strategy)
+            assert (variant in EXPAND_OP_NAMES) != (variant in NO_EXPAND_OP)
+            if variant in EXPAND_OP_NAMES:
+                by_op.setdefault(EXPAND_OP_NAMES[variant], []).append(space.strategy)
     assert all(s == strategies[0] for strategies in by_op.values() for s in strategies)
 
 
@@ -218,7 +241,7 @@ def test_runtime_miss_warns_once_per_key(tmp_path):
         first = runtime.get_tuned_config("mm", **kwargs)
         runtime.get_tuned_config("mm", **kwargs)
         runtime.get_tuned_config("mm", **(kwargs | {"M": 101}))
-    assert first == runtime.DEFAULT_CONFIGS["mm"]
+    assert first == runtime.CUBLAS_CONFIG and first.source == "cublas"  # nothing tuned: cuBLAS
     assert len(caught) == 2 and "no tuned mm config" in str(caught[0].message)
 
 
@@ -267,3 +290,85 @@ def test_warm_start_takes_the_nearest_winners_the_space_holds(store):
                                   Shape(16, 4096, 4096, "fp16", "nn")) == []  # other dtype
     assert nearest_winner_configs(store, device, kernel, SPACE, near_square, count=1) == \
         [config(128, 128, 64)]
+
+
+# The same stored study seen in both launch modes: the fastest kernel has a slow host path
+# (0.19 ms on the device, 0.5 ms per eager call); another config calls cheaply.
+FAST_KERNEL, CHEAP_CALL = config(128, 256, 64), config(64, 128, 64)
+BOTH_MODES = [(FAST_KERNEL, ok(0.19, 720.0, loop_ms=0.5, host_us=480.0)),
+              (CHEAP_CALL, ok(0.25, 550.0, loop_ms=0.26, host_us=20.0))]
+
+
+def exported(tmp_path, *flags):
+    """The mm entry of a `tune export` table written with these flags, and the table."""
+    path = tmp_path / "tuned.yaml"
+    result = tune_cli(tmp_path, "export", "-o", str(path), *flags)
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(path.read_text())
+    (entry,) = doc["ops"]["mm"]["entries"]
+    return entry, doc
+
+
+def test_export_launch_picks_each_modes_winner_from_the_stored_trials(store, tmp_path,
+                                                                      monkeypatch):
+    tune_fake(store, H100, SQUARE, BOTH_MODES, KERNELS["mm"].source_hash, launch=EAGER)
+    entry, doc = exported(tmp_path)  # the run's mode
+    assert doc["launch"] == EAGER and entry["config"] == CHEAP_CALL
+    assert (entry["loop_ms"], entry["host_us"]) == (0.26, 20.0)
+    entry, doc = exported(tmp_path, "--launch", "graph")
+    assert doc["launch"] == GRAPH and entry["config"] == FAST_KERNEL
+    assert (entry["ms"], entry["loop_ms"]) == (0.19, 0.5)
+    runtime.clear_cache()  # the runtime reads a table with its launch mode as before
+    monkeypatch.setenv("TUNE_CONFIG", str(tmp_path / "tuned.yaml"))
+    assert dict(runtime.get_tuned_config("mm", M=4096, N=4096, K=4096, dtype="bf16",
+                                         stride_am=4096, stride_bk=4096)) == FAST_KERNEL
+    bad = tune_cli(tmp_path, "export", "-o", str(tmp_path / "x.yaml"), "--launch", "cuda")
+    assert bad.exit_code == 2 and "'cuda' is not one of 'eager', 'graph'" in bad.output
+
+
+def test_export_defaults_to_the_runs_mode_and_refuses_a_mix(store):
+    tune_fake(store, H100, SQUARE, BOTH_MODES, launch=GRAPH)
+    assert export_launch(None, store.winners()) == GRAPH
+    assert export_launch(EAGER, store.winners()) == EAGER
+    tune_fake(store, H100, SMALL_M, BOTH_MODES, launch=EAGER)
+    with pytest.raises(ExportError, match="launch modes eager, graph; choose one with --launch"):
+        export_launch(None, store.winners())
+
+
+def test_a_database_from_before_the_call_figures_opens_and_exports_device_time(store,
+                                                                               tmp_path):
+    """Its tables lack host_us, loop_ms and launch: opening adds them, NULL. Its studies
+    optimised device time, so export defaults to graph; eager, which those trials never
+    measured, is refused with a line saying what to do."""
+    tune_fake(store, H100, SQUARE, BOTH_MODES, KERNELS["mm"].source_hash)
+    with store.sessions() as s:
+        for table, column in [("tuner_trials", "host_us"), ("tuner_trials", "loop_ms"),
+                              ("tuner_studies", "launch")]:
+            s.execute(sql(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        s.commit()
+    (winner,) = Store(session_factory(db_url(tmp_path))).winners()
+    assert winner.study.launch is None and winner.trial.loop_ms is None
+    refused = tune_cli(tmp_path, "export", "--launch", "eager", "-o", str(tmp_path / "x.yaml"))
+    assert refused.exit_code == 1 and "no loop_ms figure" in refused.output
+    assert "--launch graph" in refused.output
+    entry, doc = exported(tmp_path)
+    assert doc["launch"] == GRAPH and entry["config"] == FAST_KERNEL
+
+
+def test_expand_leaves_cublas_out_and_show_marks_it(store, tmp_path, monkeypatch):
+    cublas = {"variant": "cublas", "pad": 0}
+    tune_fake(store, H100, SQUARE, [(cublas, ok(0.18, 760.0, loop_ms=0.19, host_us=6.5))],
+              KERNELS["mm"].source_hash)
+    tune_fake(store, H100, SMALL_M, BOTH_MODES, KERNELS["mm"].source_hash)
+    path = tmp_path / "expand.yaml"
+    assert tune_cli(tmp_path, "export", "--format", "expand", "-o", str(path)).exit_code == 0
+    written = path.read_text()
+    assert written.splitlines()[0] == (
+        "# left out: mm M=4096 N=4096 K=4096 stride_am=4096 stride_bk=4096 dtype=bf16, won by "
+        f"cublas ({NO_EXPAND_OP['cublas']}): FlagGems has no such op")
+    assert list(yaml.safe_load(written)) == ["mm_general_tma"]
+    monkeypatch.setenv("COLUMNS", "200")  # rich's table: no wrapped cells
+    shown = tune_cli(tmp_path, "show")
+    assert shown.exit_code == 0 and "host µs" in shown.output
+    (cublas_row,) = [line for line in shown.output.splitlines() if "4096x4096x4096" in line]
+    assert {"cublas", "6.5"} <= set(cublas_row.split())

@@ -8,7 +8,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner.timing import Timing, is_tie, retime_interleaved, time_cpu, time_gpu
+from tuner.timing import (
+    LOOP_SAMPLES,
+    CallLoop,
+    Timing,
+    is_tie,
+    retime_interleaved,
+    time_calls,
+    time_cpu,
+    time_gpu,
+)
 
 
 def timing(p20, p50, p80):
@@ -85,6 +94,23 @@ def test_retime_interleaved_on_cpu_rotates_configs_every_round():
     assert timed == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
     assert [t.runs for t in timings] == [4, 4, 4]
     assert all("interleaved" in t.method for t in timings)
+
+
+def test_call_loop_reads_host_time_before_the_final_synchronize():
+    """Calls of ~1 ms, a synchronize of ~20 ms: host_us holds the calls alone, loop_ms the
+    calls and the synchronize spread over them; every sample rotates over the sets."""
+    used = []
+
+    def run(gemm):
+        used.append(gemm)
+        time.sleep(0.001)
+
+    loop = CallLoop(run, ["a", "b", "c"], lambda: time.sleep(0.02), sample_ms=0.0, min_calls=4)
+    cost = time_calls(loop)
+    assert used == ["a", "b", "c", "a"] * (1 + LOOP_SAMPLES)  # a sizing probe, then samples
+    assert 1000 <= cost.host_us < 5000
+    assert cost.loop_ms >= (4 * 1.0 + 20) / 4
+    assert loop.timing().runs == LOOP_SAMPLES and "4 back-to-back calls" in loop.timing().method
 
 
 # --- GPU: run with `pytest -m gpu` on the GPU machine -----------------------------------------

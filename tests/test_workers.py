@@ -1,5 +1,7 @@
 """Supervised workers: whatever a task does to its process, the caller gets one line and the
 next task gets a working process."""
+import os
+
 import pytest
 
 from tests import worker_tasks as tasks
@@ -48,3 +50,11 @@ def test_a_time_limit_that_tightens_while_the_task_runs(worker):
     limits = iter([60.0, 60.0])
     with pytest.raises(WorkerLost, match=r"^timeout after 1 s$"):
         worker.call(tasks.hang, timeout=lambda: next(limits, 1.0))
+
+
+def test_a_nicer_worker_runs_at_lower_cpu_priority():
+    nicer = Worker("nicer", niceness=5)
+    try:
+        assert nicer.call(os.nice, 0, timeout=120) == os.nice(0) + 5
+    finally:
+        nicer.close()

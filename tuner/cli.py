@@ -13,6 +13,7 @@ import sys
 import click
 
 from tuner.errors import UserError
+from tuner.objective import DEFAULT_LAUNCH, GRAPH, LAUNCH_MODES
 from tuner.shapes import load_shapes
 
 # Configs in flight per study unless --batch says otherwise: enough compiling at once to keep
@@ -104,10 +105,15 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @click.option("--exhaustive", is_flag=True,
               help="Measure every feasible config of each study's space (--trials is then "
                    "ignored): a recording for `tune replay`.")
+@click.option("--launch", type=click.Choice(LAUNCH_MODES), default=DEFAULT_LAUNCH,
+              show_default=True,
+              help="What each study optimises: eager, the time per call of back-to-back eager "
+                   "calls (host launch path included); graph, the kernel's device time (calls "
+                   "replayed from a CUDA graph). Both are stored for every trial.")
 @compile_timeout_option
 @one_line_errors
 def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, retune, backend_name,
-        devices_text, jobs, batch, sampler, exhaustive, compile_timeout_s):
+        devices_text, jobs, batch, sampler, exhaustive, launch, compile_timeout_s):
     """Tune every shape listed in --shapes and store every trial in the database."""
     shapes = load_shapes(shapes_path)
     devices = _backend_devices(backend_name, devices_text)
@@ -137,7 +143,7 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
                    f"each (configs in space: {sizes})", err=True)
         with RichReporter(len(plans)) as reporter:
             budget = StudyBudget(trials, timeout_s, seed, batch or min(jobs, MAX_DEFAULT_BATCH),
-                                 patience, sampler, exhaustive)
+                                 patience, sampler, exhaustive, launch)
             job = TuneJob(store, storage, executor, spaces, budget, retune, reporter)
             summary = job.run(plans, sys.argv)
     finally:
@@ -188,7 +194,7 @@ def _load_spaces(space_paths):
 @one_line_errors
 def suggest(shapes_path, space_paths, device_name, fmt, output):
     """Export the analytical model's config per shape: no GPU, no trials, nothing measured."""
-    from tuner.export import expand_document, table_document, write_atomic
+    from tuner.export import expand_text, table_document, write_atomic, write_text_atomic
     from tuner.kernels import kernel_for, source_hashes
     from tuner.planning import plan_studies
     from tuner.suggest import model_device_block, suggest_device, suggested_picks
@@ -201,10 +207,10 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
     for label in missing:
         click.echo(f"note: no modelled config for {label}", err=True)
     if fmt == "expand":
-        doc = expand_document(picks)
-    else:
-        doc = table_document(model_device_block(info, spec), picks, source_hashes())
-    write_atomic(output, doc)
+        write_text_atomic(output, expand_text(picks))
+    else:  # the model predicts kernel time, with no host cost: a graph-mode choice
+        write_atomic(output, table_document(model_device_block(info, spec), picks,
+                                            source_hashes(), GRAPH))
     click.echo(f"wrote {len(picks)} suggested configs for {spec.name} to {output} ({fmt})",
                err=True)
 
@@ -302,42 +308,38 @@ def _winners(db_url, device_selector):
 @device_option
 @click.option("--exact", is_flag=True,
               help="One row per tuned key even where `tune buckets` chose shared configs.")
+@click.option("--launch", type=click.Choice(LAUNCH_MODES), default=None,
+              show_default="the mode `tune run` used; eager if unknown",
+              help="Pick each key's winner among its stored trials by this figure: eager, "
+                   "time per back-to-back call; graph, device time. No re-tuning.")
 @one_line_errors
-def export(fmt, output, db_url, device_selector, exact):
+def export(fmt, output, db_url, device_selector, exact, launch):
     """Write the winners of one device as YAML for deployments: per kernel, the buckets of
     its latest `tune buckets` decision if there is one, else every tuned key."""
     from tuner.db.session import session_factory
     from tuner.db.store import Store
     from tuner.export import (
-        bucket_picks,
         device_block,
-        expand_document,
-        study_trials,
+        device_picks,
+        expand_text,
+        export_launch,
         table_document,
-        winner_picks,
         write_atomic,
+        write_text_atomic,
     )
 
     device, winners = _winners(db_url, device_selector)
-    store = Store(session_factory(db_url))
-    picks = []
-    for kernel in {w.kernel.name: w.kernel for w in winners}.values():
-        bucketing = None if exact else store.latest_bucketing(device, kernel.name,
-                                                               kernel.source_hash)
-        trials = study_trials(store, device, kernel)
-        if bucketing is not None:
-            picks += bucket_picks(bucketing, trials)
-            click.echo(f"{kernel.name}: {len(bucketing.buckets)} buckets chosen by `tune "
-                       f"buckets` at {bucketing.created_at:%Y-%m-%d %H:%M}", err=True)
-        else:
-            picks += winner_picks([w for w in winners if w.kernel.name == kernel.name], trials)
+    launch = export_launch(launch, winners)
+    picks, notes = device_picks(Store(session_factory(db_url)), device, winners, launch, exact)
+    for note in notes:
+        click.echo(note, err=True)
     if fmt == "expand":
-        doc = expand_document(picks)
+        write_text_atomic(output, expand_text(picks))
     else:
-        doc = table_document(device_block(device), picks,
-                             {w.kernel.name: w.kernel.source_hash for w in winners})
-    write_atomic(output, doc)
-    click.echo(f"wrote {len(picks)} configs of {device.name} to {output} ({fmt})", err=True)
+        write_atomic(output, table_document(device_block(device), picks, {
+            w.kernel.name: w.kernel.source_hash for w in winners}, launch))
+    click.echo(f"wrote {len(picks)} configs of {device.name} chosen for {launch} launch to "
+               f"{output} ({fmt})", err=True)
 
 
 @main.command()
@@ -347,7 +349,8 @@ def export(fmt, output, db_url, device_selector, exact):
               help="List the configs remembered as failing instead (skipped by later runs).")
 @one_line_errors
 def show(db_url, device_selector, failures):
-    """List the winners: shape, config, time, TFLOP/s and speed relative to cuBLAS."""
+    """List the winners: shape, config (`cublas` where torch's own GEMM won), device time,
+    host time per eager call, TFLOP/s and speed relative to cuBLAS."""
     from rich.console import Console
     from rich.table import Table
 
@@ -358,14 +361,17 @@ def show(db_url, device_selector, failures):
         return
     device, winners = _winners(db_url, device_selector)
     table = Table(title=f"winners on {device.name} [{device.fingerprint}]")
-    for column in ("kernel", "tuned shape", "config", "ms", "TFLOP/s", "vs cuBLAS"):
-        table.add_column(column, justify="right" if column in ("ms", "TFLOP/s", "vs cuBLAS")
-                         else "left")
+    numbers = ("ms", "host µs", "TFLOP/s", "vs cuBLAS")
+    for column in ("kernel", "tuned shape", "config", *numbers):
+        # a narrow terminal wraps the other cells, never the shape that names the row
+        table.add_column(column, justify="right" if column in numbers else "left",
+                         no_wrap=column == "tuned shape")
     for w in winners:
         t, study = w.trial, w.study
         ratio = f"{study.baseline_ms / t.p50_ms:.2f}x" if study.baseline_ms else "-"
+        host_us = "-" if t.host_us is None else f"{t.host_us:.1f}"
         table.add_row(w.kernel.name, study.shape_label, config_label(t.params),
-                      f"{t.p50_ms:.4g}", f"{t.tflops:.4g}", ratio)
+                      f"{t.p50_ms:.4g}", host_us, f"{t.tflops:.4g}", ratio)
     Console().print(table)
 
 
@@ -532,7 +538,8 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
     executor = Executor(ExecutorOptions(backend_name, devices, jobs, compile_timeout_s))
     try:
         with RichReporter(len(plans)) as reporter:
-            budget = StudyBudget(trials, None, seed, min(jobs, MAX_DEFAULT_BATCH))
+            # graph: the fresh winner is the reference for device-time regrets
+            budget = StudyBudget(trials, None, seed, min(jobs, MAX_DEFAULT_BATCH), launch=GRAPH)
             TuneJob(store, optuna_storage(db_url), executor, spaces, budget, False,
                     reporter).run(plans, sys.argv)
         info = executor.device_info()

@@ -17,6 +17,7 @@ from tuner.dispatch import runnable_config
 from tuner.execution import meta_gemm
 from tuner.executor import Executor
 from tuner.kernels.base import Kernel
+from tuner.objective import GRAPH
 from tuner.shapes import Shape
 
 
@@ -52,7 +53,9 @@ def time_side_by_side(executor: Executor, kernel: Kernel, shape: Shape, seed: in
             correct.append(i)
         else:
             outcomes[i] = SideBySide(configs[i], result.status, result.reason, None, None)
-    timings = executor.retime(0, shape, seed, kernel.name, [runnable[i] for i in correct])
+    # Device time: the regrets `tune buckets` weighs are those of the kernels themselves.
+    timings = executor.retime(0, shape, seed, kernel.name, [runnable[i] for i in correct],
+                              GRAPH)
     if timings is None:  # the device worker was lost re-timing: no ratio can be trusted
         timings = [None] * len(correct)
     for i, timing in zip(correct, timings):

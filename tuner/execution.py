@@ -5,6 +5,10 @@ problem is small, so rotating through them keeps it out of L2), separate inputs 
 correctness check, and the float64 reference. The module-level `*_task` functions are what
 the tuner sends to a device worker (tuner.workers); the worker keeps the bench of its current
 shape between tasks.
+
+A trial measures a config twice on the same inputs: its device time (tuner.timing), and its
+call as the dispatcher makes it, back to back (host µs and ms per call through a final
+synchronize), so that a study can optimise either (tuner.objective).
 """
 from __future__ import annotations
 
@@ -17,9 +21,18 @@ import torch
 from tuner.backends import Backend, backend_in_worker
 from tuner.dtypes import DTYPES
 from tuner.kernels import KERNELS
-from tuner.kernels.base import Gemm
+from tuner.kernels.base import Gemm, Kernel
+from tuner.kernels.launches import prepare
+from tuner.objective import GRAPH
 from tuner.shapes import Shape
-from tuner.timing import Timing, retime_interleaved
+from tuner.timing import (
+    CallLoop,
+    Timing,
+    call_loop,
+    retime_calls,
+    retime_interleaved,
+    time_calls,
+)
 from tuner.workers import is_sticky_cuda_error, one_line
 
 # Small problems get this many bytes of rotating input sets (a few times any Hopper L2),
@@ -39,6 +52,8 @@ class TrialResult:
     rel_error: float | None = None
     compile_s: float | None = None
     timing_method: str | None = None
+    host_us: float | None = None  # host time per back-to-back call of the launch path
+    loop_ms: float | None = None  # wall time per back-to-back call, final synchronize included
 
     def as_columns(self) -> dict:
         return asdict(self)
@@ -134,6 +149,13 @@ class ShapeBench:
             kernel.launch(self.sets[i], config)
         return launch
 
+    def _call_loop(self, kernel: Kernel, config: dict) -> CallLoop:
+        """The config's call as the dispatcher makes it (recorded once on the first input
+        set, then replayed where it can be, into a new output per call), ready to time back
+        to back over the sets."""
+        run = prepare(kernel, config, self.sets[0]).as_repeated(self.sets[0])
+        return call_loop(run, self.sets, self.backend.synchronize, gpu=self.backend.gpu)
+
     def _tflops(self, timing: Timing) -> float:
         return self.shape.flops / (timing.p50_ms * 1e-3) / 1e12
 
@@ -155,7 +177,8 @@ class ShapeBench:
         return self.backend.time(launch, len(self.sets))
 
     def run(self, kernel_name: str, config: dict) -> TrialResult:
-        """Correctness on the check inputs (first launch, compiling if not cached), then timing."""
+        """Correctness on the check inputs (first launch, compiling if not cached), then
+        device time, then the cost of back-to-back calls."""
         kernel = KERNELS[kernel_name]
         check_out = self.check.out.fill_(float("nan"))  # anything left unwritten fails
         start = time.perf_counter()
@@ -167,13 +190,19 @@ class ShapeBench:
             return TrialResult("wrong", f"relative error {err:.3g} > {self.tolerance:g}",
                                rel_error=err, compile_s=first_launch_s)
         timing = self.backend.time(self._launcher(kernel, config), len(self.sets))
+        calls = time_calls(self._call_loop(kernel, config))
         return TrialResult("ok", None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
-                           self._tflops(timing), err, None, timing.method)
+                           self._tflops(timing), err, None, timing.method, calls.host_us,
+                           calls.loop_ms)
 
-    def retime(self, kernel_name: str, configs: list[dict]) -> list[Timing]:
+    def retime(self, kernel_name: str, configs: list[dict], launch: str) -> list[Timing]:
+        """The configs re-timed side by side by the figure `launch` ranks (tuner.objective):
+        device time for graph, ms per back-to-back call for eager."""
         kernel = KERNELS[kernel_name]
-        return retime_interleaved([self._launcher(kernel, c) for c in configs], len(self.sets),
-                                  gpu=self.backend.gpu)
+        if launch == GRAPH:
+            return retime_interleaved([self._launcher(kernel, c) for c in configs],
+                                      len(self.sets), gpu=self.backend.gpu)
+        return retime_calls([self._call_loop(kernel, c) for c in configs])
 
 
 # -- tasks run inside a device worker -------------------------------------------------------
@@ -209,8 +238,9 @@ def baseline_task(shape: Shape, seed: int) -> Timing | None:
     return _bench_for(shape, seed).baseline()
 
 
-def retime_task(shape: Shape, seed: int, kernel_name: str, configs: list[dict]) -> list[Timing]:
-    return _bench_for(shape, seed).retime(kernel_name, configs)
+def retime_task(shape: Shape, seed: int, kernel_name: str, configs: list[dict],
+                launch: str) -> list[Timing]:
+    return _bench_for(shape, seed).retime(kernel_name, configs, launch)
 
 
 def compile_task(shape: Shape, kernel_name: str, config: dict) -> float:

@@ -34,6 +34,9 @@ class ExecutorOptions:
 
 # Workers import these as they start, before their first task arrives.
 _PRELOAD = ("tuner.execution",)
+# Compile workers run this much nicer than the device workers: a core they kept busy would
+# slow the host path of the calls a device worker times (host_us and loop_ms of a trial).
+COMPILE_NICENESS = 10
 # A compile is a straggler once it runs STRAGGLER_FACTOR times longer than the median of the
 # run's recent compiles (known once STRAGGLER_SAMPLES have finished), but never below
 # STRAGGLER_FLOOR_S.
@@ -70,7 +73,7 @@ class Executor:
             for d in slots]
         compilers = [] if interpret else [
             Worker(f"compile-{i}", {"CUDA_VISIBLE_DEVICES": str(options.devices[0])},
-                   preload=_PRELOAD) for i in range(options.jobs)]
+                   preload=_PRELOAD, niceness=COMPILE_NICENESS) for i in range(options.jobs)]
         self.idle_compilers: queue.Queue[Worker] = queue.Queue()
         for worker in compilers:
             self.idle_compilers.put(worker)
@@ -149,9 +152,11 @@ class Executor:
     def baseline(self, slot: int, shape: Shape, seed: int) -> Timing | None:
         return self._device_call(slot, execution.baseline_task, shape, seed)
 
-    def retime(self, slot: int, shape: Shape, seed: int, kernel_name: str,
-               configs: list[dict]) -> list[Timing] | None:
-        return self._device_call(slot, execution.retime_task, shape, seed, kernel_name, configs)
+    def retime(self, slot: int, shape: Shape, seed: int, kernel_name: str, configs: list[dict],
+               launch: str) -> list[Timing] | None:
+        """The configs re-timed side by side by the `launch` mode's figure (tuner.objective)."""
+        return self._device_call(slot, execution.retime_task, shape, seed, kernel_name, configs,
+                                 launch)
 
     def close(self) -> None:
         self.compile_threads.shutdown(wait=False, cancel_futures=True)

@@ -6,6 +6,10 @@ and the runner-up configs the runtime's nearest fallback may choose among, for
 `tuner.runtime.get_tuned_config`. Both are written from `Pick`s: the tuned winners of a
 device (`winner_picks`) or the analytical model's choices (`tune suggest`), so the two
 exports never differ in form. Files are replaced atomically: a reader never sees half.
+
+Winners follow a launch mode (tuner.objective): each trial stores both figures, so a table
+for the other mode than the run's is picked from the stored trials, without re-tuning, and
+the table says which mode it holds.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from tuner.bucketing import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
 from tuner.db.store import Store
 from tuner.errors import UserError
+from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, call_ms
 from tuner.runtime import TABLE_FORMAT
 from tuner.shapes import Shape
 from tuner.space import KERNEL_PARAMS, config_signature
@@ -32,6 +37,9 @@ EXPAND_OP_NAMES = {"general": "mm_general_tma", "tma": "mm_general_tma",
                    "persistent": "mm_general_tma", "splitk": "mm_splitk", "gemv": "gemv"}
 # FlagGems' value-list names for the Triton launch options.
 _LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
+# Variants FlagGems has no op for, and what they are: the expand export leaves their picks
+# out and says so in a comment.
+NO_EXPAND_OP = {"cublas": "a cuBLAS call through torch"}
 
 
 class ExportError(UserError, RuntimeError):
@@ -116,23 +124,56 @@ def _no_trials(shape: Shape) -> Sequence[Trial]:
     return ()
 
 
-def winner_picks(winners: list[Winner],
+def export_launch(requested: str | None, winners: list[Winner]) -> str:
+    """The launch mode to export: the one asked for, else the one the winners' studies were
+    run with (a study from before the choice optimised device time: graph), else
+    DEFAULT_LAUNCH."""
+    if requested is not None:
+        return requested
+    modes = {w.study.launch or GRAPH for w in winners}
+    if len(modes) > 1:
+        raise ExportError(f"the winners were tuned under launch modes {', '.join(sorted(modes))}"
+                          "; choose one with --launch")
+    return modes.pop() if modes else DEFAULT_LAUNCH
+
+
+def exported_trial(winner: Winner, launch: str) -> Trial | None:
+    """The trial to ship for a winner's key under `launch`: the stored winner where its study
+    optimised that mode (its final side-by-side re-timing chose it, which no single trial's
+    figure beats for accuracy), else the study's correct trial fastest by the mode's figure;
+    None where no trial has that figure (stored before it was measured)."""
+    if (winner.study.launch or GRAPH) == launch:
+        return winner.trial
+    measured = [t for t in winner.study.trials
+                if t.status == "ok" and call_ms(t, launch) is not None]
+    return min(measured, key=lambda t: call_ms(t, launch), default=None)
+
+
+def winner_picks(winners: list[Winner], launch: str,
                  shape_trials: Callable[[Shape], Sequence[Trial]] = _no_trials) -> list[Pick]:
-    """The tuned winners as picks, with their measurements as provenance, and the runner-ups
-    of their shapes' studies (shape_trials, e.g. study_trials) as alternates."""
-    picks = []
+    """The tuned winners under `launch` as picks, with their measurements as provenance, and
+    the runner-ups of their shapes' studies (shape_trials, e.g. study_trials) as alternates."""
+    picks, unmeasured = [], []
     for w in winners:
-        t, study = w.trial, w.study
+        t, study = exported_trial(w, launch), w.study
+        if t is None:
+            unmeasured.append(study.shape_label)
+            continue
         picks.append(Pick(w.kernel.name, w.key, dict(t.params), dict(study.space.strategy), {
             "tuned_shape": study.shape_label,
             "ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
             "tflops": t.tflops,
+            "loop_ms": t.loop_ms, "host_us": t.host_us,
             "cublas_ms": study.baseline_ms,
             "rel_error": t.rel_error,
             "timing": t.timing_method,
             "space_hash": study.space.hash,
             "tuned_at": t.created_at.isoformat(timespec="seconds"),
         }, runner_ups(shape_trials(study.shape), t.params)))
+    if unmeasured:  # only eager's figure can be missing: every correct trial has p50_ms
+        raise ExportError(f"{len(unmeasured)} tuned shapes have no {FIGURES[launch]} figure "
+                          f"(tuned before it was stored: {', '.join(unmeasured)}); export them "
+                          f"with --launch {GRAPH}, or tune them again with `tune run --retune`")
     return picks
 
 
@@ -155,6 +196,29 @@ def bucket_picks(bucketing: Bucketing,
                               "chosen_at": bucketing.created_at.isoformat(timespec="seconds"),
                           }, list(alternates.values())))
     return picks
+
+
+def device_picks(store: Store, device: Device, winners: list[Winner], launch: str,
+                 exact: bool) -> tuple[list[Pick], list[str]]:
+    """What an export of one device ships, per kernel: the buckets of its latest `tune
+    buckets` decision (unless `exact`), else its winners under `launch`; and a line for the
+    user per kernel exported as buckets."""
+    picks, notes = [], []
+    for kernel in {w.kernel.name: w.kernel for w in winners}.values():
+        bucketing = None if exact else store.latest_bucketing(device, kernel.name,
+                                                               kernel.source_hash)
+        trials = study_trials(store, device, kernel)
+        if bucketing is None:
+            picks += winner_picks([w for w in winners if w.kernel.name == kernel.name], launch,
+                                  trials)
+            continue
+        picks += bucket_picks(bucketing, trials)
+        # tune buckets weighs device time (tuner.cross_timing), whatever the launch mode.
+        by_device_time = "" if launch == GRAPH else (
+            f", by device time (--exact: one row per key by the {launch} figure)")
+        notes.append(f"{kernel.name}: {len(bucketing.buckets)} buckets chosen by `tune buckets` "
+                     f"at {bucketing.created_at:%Y-%m-%d %H:%M}{by_device_time}")
+    return picks, notes
 
 
 def _grouped(picks: list[Pick], op_of) -> dict[str, list[Pick]]:
@@ -186,6 +250,21 @@ def _expand_op(pick: Pick) -> str:
     return EXPAND_OP_NAMES.get(variant, f"{pick.kernel}_{variant}")
 
 
+def expand_text(picks: list[Pick]) -> str:
+    """The expand YAML of the picks FlagGems has an op for, headed by a comment line per pick
+    left out (NO_EXPAND_OP): a reader must not take their keys for keys never tuned."""
+    left_out = [p for p in picks if p.config["variant"] in NO_EXPAND_OP]
+    kept = [p for p in picks if p.config["variant"] not in NO_EXPAND_OP]
+    return "".join(map(_left_out_line, left_out)) + yaml_text(expand_document(kept))
+
+
+def _left_out_line(pick: Pick) -> str:
+    variant = pick.config["variant"]
+    key = " ".join(f"{field}={value}" for field, value in pick.key.items())
+    return (f"# left out: {pick.kernel} {key}, won by {variant} ({NO_EXPAND_OP[variant]}): "
+            "FlagGems has no such op\n")
+
+
 def expand_document(picks: list[Pick]) -> dict:
     """Per FlagGems op, the values its picks use. FlagGems has no variant or pad parameter:
     the op name carries the variant, and padded picks export their tiles."""
@@ -211,8 +290,10 @@ def device_block(device: Device) -> dict:
             "triton": device.triton_version}
 
 
-def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str]) -> dict:
-    """The exact table: per kernel, its strategy and source hash, and one entry per key."""
+def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str],
+                   launch: str) -> dict:
+    """The exact table: the launch mode its configs were chosen for, and per kernel its
+    strategy and source hash, and one entry per key."""
     ops = {}
     for kernel, group in _grouped(picks, lambda p: p.kernel).items():
         entries = [{"key": p.key, "config": p.config,
@@ -220,15 +301,18 @@ def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str
                    for p in sorted(group, key=lambda p: tuple(p.key.values()))]
         ops[kernel] = {"kernel_source_hash": source_hashes[kernel],
                        "strategy": _strategy(kernel, group), "entries": entries}
-    return {"format": TABLE_FORMAT,
+    return {"format": TABLE_FORMAT, "launch": launch,
             "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "device": device, "ops": ops}
 
 
+def yaml_text(doc: dict) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+
+
 def write_atomic(path: str | Path, doc: dict) -> None:
     """Write YAML to a temporary file beside `path`, then rename it over `path`."""
-    write_text_atomic(path, yaml.safe_dump(doc, sort_keys=False, default_flow_style=None,
-                                           width=100))
+    write_text_atomic(path, yaml_text(doc))
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -22,10 +22,11 @@ from tuner.executor import Executor
 from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
 from tuner.model import device_spec
+from tuner.objective import call_ms
 from tuner.planning import KeyPlan
 from tuner.search import StudyBudget, StudyRunner
 from tuner.space import SearchSpace
-from tuner.warmstart import merged, model_configs, nearest_winner_configs
+from tuner.warmstart import library_configs, merged, model_configs, nearest_winner_configs
 
 CLAIM_LEASE_S = 300.0
 
@@ -181,7 +182,8 @@ class TuneJob:
                 self.reporter.key_done(plan, "already tuned")
                 return
             record = self.store.open_study(self.device, kernel_row, space_row, plan.key,
-                                           plan.shape, self.budget.seed, self.retune)
+                                           plan.shape, self.budget.seed, self.retune,
+                                           self.budget.launch)
             space = self.spaces[plan.kernel]
             runner = StudyRunner(
                 self.store, self.storage, self.executor, slot, self.run_row, self.device,
@@ -190,6 +192,7 @@ class TuneJob:
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                 keep_going=lambda: not self.stop.is_set(),
                 warm_start=merged(
+                    library_configs(KERNELS[plan.kernel], space),
                     nearest_winner_configs(self.store, self.device, kernel_row, space,
                                            plan.shape),
                     self.model_picks[id(plan)].result()))
@@ -213,8 +216,10 @@ class TuneJob:
         self.store.finish_study(record, best, baseline_ms, final=outcome.final,
                                 tied_trial_ids=outcome.tied)
         self.summary.tuned.append(plan.label)
-        ms = outcome.final.p50_ms if outcome.final else best.p50_ms
-        versus = f", {baseline_ms / ms:.2f}x torch.matmul" if baseline_ms else ""
+        launch = self.budget.launch
+        ms = outcome.final.p50_ms if outcome.final else call_ms(best, launch)
+        # The baseline is device time: compared with the winner's device time in either mode.
+        versus = f", {baseline_ms / best.p50_ms:.2f}x torch.matmul" if baseline_ms else ""
         tie = f", tied with {len(outcome.tied)}" if outcome.tied else ""
-        self.reporter.key_done(plan, f"best {plan.shape.flops / ms / 1e9:.4g} TFLOP/s{versus}, "
-                                     f"{config_label(best.params)}{tie}")
+        self.reporter.key_done(plan, f"best {plan.shape.flops / ms / 1e9:.4g} TFLOP/s per "
+                                     f"{launch} call{versus}, {config_label(best.params)}{tie}")

@@ -10,6 +10,10 @@ found infeasible before compiling do not count against the trial budget. A new s
 tries the configs it is given to warm-start from (tuner.warmstart), and a study may stop early
 once `patience` trials in a row bring no improvement. At the end the top configs are re-timed
 side by side, and the winner is the best of that re-timing.
+
+What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
+patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
+(eager) or by device time (graph). Both figures are stored with every trial either way.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from tuner.db.store import Store, params_key
 from tuner.execution import TrialResult, meta_gemm
 from tuner.executor import Executor
 from tuner.kernels.base import Kernel, specialization
+from tuner.objective import DEFAULT_LAUNCH, call_ms, call_tflops
 from tuner.samplers import DEFAULT_SAMPLER, make_sampler
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
@@ -52,9 +57,10 @@ class StudyBudget:
     # Measure every feasible config of the study's space, in order, whatever `trials` says:
     # a recording for `tune replay`.
     exhaustive: bool = False
+    launch: str = DEFAULT_LAUNCH  # what the study optimises: eager or graph (tuner.objective)
 
 
-IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% TFLOP/s
+IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% of the objective
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,13 @@ class StudyRunner:
         """Trials that cost a compile or more: what the trial budget counts."""
         return sum(t.status != "infeasible" for t in self.stored.values())
 
+    def objective(self, row: Trial) -> float:
+        """What the sampler maximises: TFLOP/s at the launch mode's time per call, 0 for a
+        config that cannot run."""
+        if row.status != "ok":
+            return CANNOT_RUN_TFLOPS
+        return call_tflops(self.shape.flops, row, self.budget.launch)
+
     def stalled(self) -> bool:
         """True when the last `patience` attempted trials brought no real improvement."""
         if self.budget.patience is None:
@@ -114,8 +127,9 @@ class StudyRunner:
             if trial.status == "infeasible":
                 continue
             since += 1
-            if trial.status == "ok" and trial.tflops > best * (1 + IMPROVEMENT):
-                best, since = trial.tflops, 0
+            value = self.objective(trial)
+            if value > best * (1 + IMPROVEMENT):
+                best, since = value, 0
         return since >= self.budget.patience
 
     # -- bookkeeping ----------------------------------------------------------------------
@@ -129,9 +143,8 @@ class StudyRunner:
         self.on_trial(len(self.stored), result)
         return row
 
-    @staticmethod
-    def _tell(study: optuna.Study, trial, row: Trial | None) -> None:
-        """What the sampler learns of a config: its TFLOP/s, or 0 for one that cannot run
+    def _tell(self, study: optuna.Study, trial, row: Trial | None) -> None:
+        """What the sampler learns of a config: its objective, 0 for one that cannot run
         (infeasible, failing, wrong). TPE leaves FAIL trials out of its model, so a config
         told as FAIL teaches it nothing, and on a space that is mostly infeasible for a
         shape it would keep proposing infeasible configs; told as worth nothing, they steer
@@ -139,7 +152,7 @@ class StudyRunner:
         if row is None:
             study.tell(trial, state=TrialState.FAIL)
         else:
-            study.tell(trial, row.tflops if row.status == "ok" else CANNOT_RUN_TFLOPS)
+            study.tell(trial, self.objective(row))
 
     def _settle_interrupted(self, study: optuna.Study) -> None:
         """Trials a killed run left running: told from our rows if stored, else redone first."""
@@ -231,13 +244,16 @@ class StudyRunner:
         return self._final()
 
     def _final(self) -> StudyOutcome:
-        """Re-time the top configs interleaved; among ties, prefer fewer resources."""
+        """Re-time the top configs interleaved, by the launch mode's own measure (for eager,
+        back-to-back calls again, not device time: a config's host path is part of what won
+        it its place); among ties, prefer fewer resources."""
+        launch = self.budget.launch
         ok = sorted((t for t in self.stored.values() if t.status == "ok"),
-                    key=lambda t: -t.tflops)[:RETIMED_TOP]
+                    key=lambda t: call_ms(t, launch))[:RETIMED_TOP]
         if len(ok) < 2:
             return StudyOutcome(ok[0] if ok else None)
         timings = self.executor.retime(self.slot, self.shape, self.record.seed, self.kernel.name,
-                                       [t.params for t in ok])
+                                       [t.params for t in ok], launch)
         if timings is None:
             return StudyOutcome(ok[0])
         ranked = sorted(zip(ok, timings), key=lambda pair: pair[1].p50_ms)

@@ -18,14 +18,20 @@ enough input sets that together they exceed L2, so the rotation keeps the data c
 
 Results are read only after the last sample is queued: the CPU never waits on the GPU
 between samples, and nothing here sleeps or touches clocks.
+
+Device time is what a CUDA graph of the calls costs. Eager code pays for the call as well:
+`CallLoop` times a config's launch path (what the dispatcher runs) back to back, for the host
+microseconds per call and the wall milliseconds per call through a final synchronize, the
+larger of host and device time where they overlap.
 """
 from __future__ import annotations
 
 import functools
 import math
+import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -49,6 +55,18 @@ EVENT_RESOLUTION_MS = 0.0005
 # spreads: run-to-run drift (clocks, temperature) is about this large even when one run's
 # samples agree closely.
 TIE_FLOOR = 0.01
+# Back-to-back calls (CallLoop): a trial takes LOOP_SAMPLES samples, each of enough calls to
+# last about LOOP_SAMPLE_MS and at least MIN_LOOP_CALLS on a GPU (so ~30 ms and 21 calls or
+# more a trial), at most MAX_LOOP_CALLS; a final re-timing takes LOOP_RETIME_ROUNDS.
+LOOP_SAMPLES = 3
+LOOP_SAMPLE_MS = 10.0
+MIN_LOOP_CALLS = 7
+MAX_LOOP_CALLS = 10_000
+LOOP_RETIME_ROUNDS = 10
+# A sample's host time is read after its first HOST_CALLS calls: few enough that their
+# launches fit in CUDA's launch queue (about a thousand entries), so the host never waits for
+# the GPU while issuing them, and host_us stays host time even for kernels slower than it.
+HOST_CALLS = 64
 
 
 @dataclass(frozen=True)
@@ -296,16 +314,103 @@ def retime_interleaved(launches: list[Callable[[int], None]], n_sets: int, *, ro
 
     Each config is sampled exactly as a lone `time_gpu` (or `time_cpu`) would sample it, so
     its re-timing measures the same thing as its trial did; all warm-up happens before the
-    first round. Rotating the order (round r starts at config r) keeps any config from always
-    running right after the same neighbour.
+    first round.
     """
     samplers: list[_Sampler]
     if gpu:
         samplers = [_gpu_sampler(launch, n_sets, graph_below_ms)[0] for launch in launches]
     else:
         samplers = [_WallClock(_SetCycle(launch, n_sets)) for launch in launches]
+    return _interleaved(samplers, rounds)
+
+
+def _interleaved(samplers: Sequence[_Sampler], rounds: int) -> list[Timing]:
+    """Every sampler sampled once per round, rounds times. Rotating the order (round r starts
+    at sampler r) keeps any config from always running right after the same neighbour."""
     for first in range(rounds):
         for offset in range(len(samplers)):
             samplers[(first + offset) % len(samplers)].take()
     interleaving = f", one of {len(samplers)} configs interleaved over {rounds} rounds"
     return [replace(t, method=t.method + interleaving) for t in (s.timing() for s in samplers)]
+
+
+# -- the call as eager code makes it --------------------------------------------------------
+@dataclass(frozen=True)
+class CallCost:
+    """A config's call issued back to back: host µs per call, and ms per call through the
+    final synchronize (what a model's eager forward pays per GEMM)."""
+    host_us: float
+    loop_ms: float
+
+
+class CallLoop:
+    """Samples of back-to-back calls of one config's launch path, rotating over input sets.
+
+    `run(gemm)` is the path itself (tuner.kernels.launches.prepare); `synchronize` waits for
+    the device. The first sample warms the path up and sizes the others: on a GPU, enough
+    calls to last `sample_ms`, at least `min_calls`.
+    """
+
+    def __init__(self, run: Callable, gemms: Sequence, synchronize: Callable[[], None], *,
+                 sample_ms: float, min_calls: int):
+        self._run, self._gemms, self._synchronize = run, gemms, synchronize
+        self._host_us: list[float] = []
+        self._loop_ms: list[float] = []
+        probe_ms = max(self._sample(min_calls)[1], 1e-6)
+        self._calls = max(min_calls, min(MAX_LOOP_CALLS, math.ceil(sample_ms / probe_ms)))
+
+    def _sample(self, calls: int) -> tuple[float, float]:
+        """(host µs per call over the first HOST_CALLS calls, ms per call of all `calls`
+        through the final synchronize), from one loop with no synchronize inside."""
+        order = [self._gemms[i % len(self._gemms)] for i in range(calls)]
+        first, rest = order[:HOST_CALLS], order[HOST_CALLS:]
+        run = self._run  # a local: no attribute lookup inside the timed loops
+        self._synchronize()
+        start = time.perf_counter()
+        for gemm in first:
+            run(gemm)
+        issued = time.perf_counter()
+        for gemm in rest:
+            run(gemm)
+        self._synchronize()
+        end = time.perf_counter()
+        return (issued - start) / len(first) * 1e6, (end - start) / calls * 1e3
+
+    def take(self) -> None:
+        host_us, loop_ms = self._sample(self._calls)
+        self._host_us.append(host_us)
+        self._loop_ms.append(loop_ms)
+
+    def timing(self) -> Timing:
+        """The samples' ms per call."""
+        return Timing.from_samples(
+            self._loop_ms, f"{self._calls} back-to-back calls of the launch path over "
+                           f"{len(self._gemms)} input sets, synchronized at the end, "
+                           f"{len(self._loop_ms)} runs")
+
+    def cost(self) -> CallCost:
+        """The medians of the samples taken so far."""
+        return CallCost(statistics.median(self._host_us), self.timing().p50_ms)
+
+
+def call_loop(run: Callable, gemms: Sequence, synchronize: Callable[[], None], *,
+              gpu: bool) -> CallLoop:
+    """A CallLoop sized for the backend: on Triton's interpreter (tens of ms a call) one call
+    per sample, wall clock of the same loop, comparable only with other interpreter runs."""
+    if gpu:
+        return CallLoop(run, gemms, synchronize, sample_ms=LOOP_SAMPLE_MS,
+                        min_calls=MIN_LOOP_CALLS)
+    return CallLoop(run, gemms, synchronize, sample_ms=0.0, min_calls=1)
+
+
+def time_calls(loop: CallLoop) -> CallCost:
+    """A trial's call cost: LOOP_SAMPLES samples of the loop."""
+    for _ in range(LOOP_SAMPLES):
+        loop.take()
+    return loop.cost()
+
+
+def retime_calls(loops: Sequence[CallLoop]) -> list[Timing]:
+    """Re-time several configs' calls side by side, as `retime_interleaved` does their device
+    time: LOOP_RETIME_ROUNDS samples each, sized as in a trial; each Timing is ms per call."""
+    return _interleaved(loops, LOOP_RETIME_ROUNDS)

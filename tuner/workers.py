@@ -45,8 +45,9 @@ class TaskFailed(RuntimeError):
     """The task raised inside the worker; str() is 'ExceptionType: first line'."""
 
 
-def _worker_main(conn, env: dict[str, str], preload: tuple[str, ...]) -> None:
+def _worker_main(conn, env: dict[str, str], preload: tuple[str, ...], niceness: int) -> None:
     os.environ.update(env)
+    os.nice(niceness)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
     for module in preload:  # a head start only: a module that fails fails again in its task
         with contextlib.suppress(Exception):
@@ -80,12 +81,13 @@ class Worker:
 
     `preload` names modules the child imports as soon as it starts: `start()` early and the
     seconds a fresh process spends importing torch and triton pass before the first task
-    rather than inside it.
+    rather than inside it. `niceness` lowers the child's CPU priority (os.nice).
     """
 
     def __init__(self, name: str, env: dict[str, str] | None = None,
-                 preload: tuple[str, ...] = ()):
+                 preload: tuple[str, ...] = (), niceness: int = 0):
         self.name, self.env, self.preload = name, dict(env or {}), preload
+        self.niceness = niceness
         self.process = None
         self.conn = None
 
@@ -95,7 +97,8 @@ class Worker:
             self._discard()
             parent, child = _SPAWN.Pipe()
             self.process = _SPAWN.Process(target=_worker_main,
-                                          args=(child, self.env, self.preload),
+                                          args=(child, self.env, self.preload,
+                                                self.niceness),
                                           name=self.name, daemon=True)
             self.process.start()
             child.close()

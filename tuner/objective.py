@@ -1,0 +1,28 @@
+"""What "fastest" means for a config: the time of a call as the deployment will issue it.
+
+Every trial stores two figures measured on the same inputs (tuner.execution): `p50_ms`, the
+kernel's device time with the host's launch hidden, which is what a CUDA graph replay of the
+call pays; and `loop_ms`, the wall time per call of back-to-back eager calls through the
+dispatcher's launch path, where a slow host path costs as much as a slow kernel. The launch
+mode says which of the two a study optimises (`tune run --launch`) and which an export picks
+winners by (`tune export --launch`).
+"""
+from __future__ import annotations
+
+EAGER, GRAPH = "eager", "graph"
+LAUNCH_MODES = (EAGER, GRAPH)
+DEFAULT_LAUNCH = EAGER
+# Which stored figure each mode reads, for messages.
+FIGURES = {EAGER: "loop_ms", GRAPH: "p50_ms"}
+
+
+def call_ms(measured, launch: str) -> float | None:
+    """The ms per call that `launch` ranks by, of a stored trial or a TrialResult (None where
+    it was not measured: a failed config, or a trial stored before loop_ms existed)."""
+    return getattr(measured, FIGURES[launch])
+
+
+def call_tflops(flops: int, measured, launch: str) -> float:
+    """TFLOP/s at the `launch` figure's time per call: the value a study maximises (in graph
+    mode the trial's stored tflops)."""
+    return flops / (call_ms(measured, launch) * 1e-3) / 1e12
