@@ -1,85 +1,143 @@
-"""Host time per call of the dispatcher against torch, on decode shapes, in one process.
+"""Host time per call of the dispatcher against torch: one shape per variant and pad, one
+process.
 
-    python benchmarks/host_overhead.py [--calls 2000] [--repeats 15]
+    python benchmarks/host_overhead.py [--calls 200] [--repeats 15]
 
-Decode GEMMs run for ~10-50 µs on the GPU, so the Python and launch path in front of the
-kernel decides their speed when calls are issued back to back. Per shape this times N
-back-to-back calls on the host (perf_counter, after a synchronize, then once more through the
-final synchronize) for torch.matmul / F.linear and for tuner.matmul / tuner.linear, reports the
-median per-call time of --repeats runs, and the ratio. A run whose per-call time is below the
-kernel's own GPU time measures the GPU, not the host: the "GPU µs" column says which. Inputs
-are random and the outputs are checked once against float64. Runs where no table is loaded use
-the default configs (a host-cost measurement: which config runs hardly matters).
+A user's eager call costs its host time (Python, argument handling, descriptors, launches)
+as well as its kernel: a decode GEMM whose kernel takes 10 µs behind a 30 µs launch path is a
+30 µs call. Each row forces one config (a one-entry table, read through TUNE_CONFIG as a
+deployment reads it) and calls `tuner.linear(x, W)` (`nt`), `tuner.matmul(a, b)` (`nn`), or
+`tuner.matmul(a, b, scale_a=, scale_b=)` (fp8), against `F.linear` / `torch.matmul` /
+`torch._scaled_mm` on the same operands. Columns:
+- host µs: `--calls` back-to-back calls after a synchronize, timed on the host without
+  waiting for the GPU (few enough calls that the launch queue never fills), median of
+  `--repeats`;
+- wall µs: the same loop through its final synchronize, per call: what a loop of calls costs;
+- device µs: the tuner's kernels alone, CUDA-graph replay (triton.testing.do_bench_cudagraph);
+- first call s: the first call of the key (compile or disk-cache load, and recording).
+Outputs are checked against float64 first. The last line is the worst host ratio.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import tempfile
 import time
-import warnings
 from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
 import triton
+import yaml
+from triton.testing import do_bench_cudagraph
 
-import tuner
 from tuner.dtypes import DTYPES
-from tuner.execution import random_operands, relative_error
+from tuner.execution import random_gemm, reference, relative_error
 from tuner.shapes import Shape
-from tuner.timing import time_gpu
 
-SHAPES = [Shape(1, 4096, 4096, "bf16", "nt"), Shape(1, 6144, 4096, "bf16", "nt"),
-          Shape(16, 4096, 4096, "bf16", "nn"), Shape(32, 4096, 4096, "bf16", "nt"),
-          Shape(1, 1024, 1024, "bf16", "nn")]
+TILE = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 4,
+        "num_warps": 4}
+BIG_TILE = {**TILE, "BLOCK_M": 128, "BLOCK_N": 256, "num_stages": 3, "num_warps": 8}
+SPLITK = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 8, "num_stages": 4,
+          "num_warps": 4}
+PERSISTENT = {"WARP_SPECIALIZE": 0, "FLATTEN": 0, "EPILOGUE_SUBTILE": 0}
+# (config, shape): every variant, both split-K reductions, padded configs, and fp8.
+ROWS = [
+    ({"variant": "gemv", "pad": 0, "BLOCK_M": 4, "BLOCK_K": 512, "num_stages": 2,
+      "num_warps": 4}, Shape(1, 4096, 4096, "bf16", "nt")),
+    ({"variant": "general", "pad": 0, **TILE}, Shape(77, 768, 768, "fp16", "nn")),
+    ({"variant": "tma", "pad": 0, **TILE}, Shape(300, 3072, 768, "fp16", "nt")),
+    ({"variant": "persistent", "pad": 0, **BIG_TILE, **PERSISTENT},
+     Shape(512, 4096, 4096, "bf16", "nt")),
+    ({"variant": "splitk", "pad": 0, **SPLITK, "ATOMIC": 0}, Shape(16, 4096, 4096, "bf16", "nn")),
+    ({"variant": "splitk", "pad": 0, **SPLITK, "ATOMIC": 1}, Shape(16, 4096, 4096, "bf16", "nn")),
+    ({"variant": "general", "pad": 64, **TILE}, Shape(509, 765, 1023, "bf16", "nn")),
+    ({"variant": "tma", "pad": 64, **TILE}, Shape(509, 765, 1023, "bf16", "nn")),
+    ({"variant": "tma", "pad": 0, **TILE}, Shape(64, 4096, 4096, "fp8e4m3", "nt")),
+    ({"variant": "cublas", "pad": 0}, Shape(256, 4096, 4096, "bf16", "nt")),
+]
 
 
-def per_call_us(fn, calls: int, repeats: int) -> float:
-    """Median over repeats of (wall time of `calls` back-to-back calls) / calls, in µs."""
-    samples = []
+def calls(shape: Shape):
+    """(torch call, tuner call, the Gemm whose operands both use) for one shape."""
+    import tuner
+    g = random_gemm(shape, "cuda", seed=5)
+    if g.scale_a is not None:
+        return (lambda: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b,
+                                         out_dtype=torch.bfloat16),
+                lambda: tuner.matmul(g.a, g.b, scale_a=g.scale_a, scale_b=g.scale_b), g)
+    if shape.layout == "nt":
+        weight = g.b.t()
+        return lambda: F.linear(g.a, weight), lambda: tuner.linear(g.a, weight), g
+    return lambda: torch.matmul(g.a, g.b), lambda: tuner.matmul(g.a, g.b), g
+
+
+def loop_us(fn, calls_per_run: int, repeats: int) -> tuple[float, float]:
+    """Median over repeats of (host µs per call, wall µs per call) of back-to-back calls."""
+    host, wall = [], []
     for _ in range(repeats):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(calls_per_run):
             fn()
+        issued = time.perf_counter()
         torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+        done = time.perf_counter()
+        host.append((issued - start) / calls_per_run * 1e6)
+        wall.append((done - start) / calls_per_run * 1e6)
+    return statistics.median(host), statistics.median(wall)
 
 
-def pair(shape: Shape):
-    """(torch call, tuner call) for one shape: the linear-layer call for `nt`."""
-    a, b = random_operands(shape, "cuda", seed=5)
-    if shape.layout == "nt":
-        weight = b.t()
-        return (lambda: F.linear(a, weight)), (lambda: tuner.linear(a, weight)), a, b
-    return (lambda: torch.matmul(a, b)), (lambda: tuner.matmul(a, b)), a, b
+def table_for(config: dict, shape: Shape, g) -> dict:
+    """A one-entry table answering this shape's key with `config`."""
+    kernel = "gemv" if 1 in (shape.M, shape.N) else "mm"
+    key = {"M": shape.M, "N": shape.N, "K": shape.K, "stride_am": g.a.stride(0),
+           "stride_bk": g.b.stride(0), "dtype": shape.dtype}
+    strategy = dict.fromkeys(key, "default")
+    return {"format": "gemm-tuner-table/2", "ops": {kernel: {
+        "strategy": strategy, "entries": [{"key": key, "config": config}]}}}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args(argv)
-    warnings.simplefilter("ignore", RuntimeWarning)  # default configs: one warning per key
+    from tuner import dispatch
+    from tuner.kernels.base import config_label
     props = torch.cuda.get_device_properties(0)
     print(f"# host time per call — {props.name}, torch {torch.__version__}, triton "
           f"{triton.__version__}, {datetime.now(timezone.utc):%Y-%m-%d}\n")
-    print(f"{args.calls} back-to-back calls, median of {args.repeats} runs; GPU µs: the "
-          "kernel's own device time (tuner.timing.time_gpu), the floor of any per-call figure\n")
-    print("| shape | torch µs/call | tuner µs/call | tuner/torch | tuner GPU µs |")
-    print("|---|---|---|---|---|")
-    for shape in SHAPES:
-        torch_call, tuner_call, a, b = pair(shape)
-        err = relative_error(tuner_call(), a.double() @ b.double())
-        if not err <= DTYPES[shape.dtype].tolerance:
-            raise AssertionError(f"{shape}: relative error {err:.3g}")
-        gpu_us = time_gpu(lambda i: tuner_call(), 1).p50_ms * 1e3
-        torch_us = per_call_us(torch_call, args.calls, args.repeats)
-        tuner_us = per_call_us(tuner_call, args.calls, args.repeats)
-        print(f"| {shape} | {torch_us:.1f} | {tuner_us:.1f} | {tuner_us / torch_us:.2f} | "
-              f"{gpu_us:.1f} |", flush=True)
+    print(f"{args.calls} back-to-back calls, median of {args.repeats} runs\n")
+    print("| config | shape | torch host µs | tuner host µs | tuner/torch host | "
+          "torch wall µs | tuner wall µs | tuner device µs | first call s | rel. error |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ratios = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (config, shape) in enumerate(ROWS):
+            torch_call, tuner_call, g = calls(shape)
+            path = os.path.join(tmp, f"table{i}.yaml")
+            with open(path, "w") as f:
+                yaml.safe_dump(table_for(config, shape, g), f)
+            os.environ["TUNE_CONFIG"] = path
+            dispatch.clear_cache()
+            start = time.perf_counter()
+            tuner_call()
+            torch.cuda.synchronize()
+            first_s = time.perf_counter() - start
+            err = relative_error(tuner_call(), reference(g))
+            if not err <= DTYPES[shape.dtype].tolerance:
+                raise AssertionError(f"{shape} {config_label(config)}: relative error {err:.3g}")
+            device_us = do_bench_cudagraph(tuner_call, rep=50) * 1e3
+            torch_host, torch_wall = loop_us(torch_call, args.calls, args.repeats)
+            tuner_host, tuner_wall = loop_us(tuner_call, args.calls, args.repeats)
+            ratios.append(tuner_host / torch_host)
+            print(f"| {config_label(config)} | {shape} | {torch_host:.1f} | {tuner_host:.1f} | "
+                  f"{ratios[-1]:.2f} | {torch_wall:.1f} | {tuner_wall:.1f} | {device_us:.1f} | "
+                  f"{first_s:.2f} | {err:.1e} |", flush=True)
+    print(f"\nhost tuner/torch: max {max(ratios):.2f} over {len(ratios)} shapes")
     return 0
 
 

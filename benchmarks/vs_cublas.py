@@ -1,27 +1,33 @@
-"""The tuned dispatcher against cuBLAS (and torch.compile max-autotune), per shape, in one
-process on one GPU.
+"""The dispatcher as the user calls it against cuBLAS (and torch.compile max-autotune), per
+shape, in one process on one GPU: device time, the eager call, and a loop of calls.
 
     python benchmarks/vs_cublas.py --shapes shapes.csv --config tuned.yaml [--rows 1-8]
-        [--inductor-budget-s 240]
+        [--inductor-budget-s 900]
 
-Contenders, all on the same random inputs (never zeros), all returning a new output as a user
-call does, and each checked against a float64 reference:
-- cuBLAS: torch.matmul, or torch.nn.functional.linear for the `nt` layout (x @ W^T);
-  torch._scaled_mm for fp8 (which takes only the `nt` layout);
-- tuned: gemm-tuner as a user calls it, tuner.linear(x, W) for `nt`, tuner.matmul(a, b)
-  otherwise, with the table from --config;
+Contenders, all on the same random inputs (never zeros), each checked against float64:
+- cuBLAS: `torch.matmul`, `F.linear` for the `nt` layout (x @ W^T), `torch._scaled_mm` for fp8;
+- tuner: `tuner.linear(x, W)` / `tuner.matmul(a, b)` with the table from --config, as a user
+  calls it (whatever variant the table or its fallback answers, cuBLAS included);
+- triton: the best Triton config the runtime has for the key (cuBLAS excluded), launched
+  through the kernels' own replayed path: how good our kernels are on their own;
 - inductor: torch.compile(mode="max-autotune-no-cudagraphs") of the cuBLAS call, while its
   compile time stays within --inductor-budget-s in total (later shapes show "-").
-Every contender is timed exactly as the tuner times a config (tuner.timing.time_gpu): device
-time per call, median of at least 10 samples (and >= --min-time-ms of them), L2 flushed before
-each sample with a GPU spin covering the host's launch, CUDA-graph replays for calls under
-20 us, rotating over input sets that together exceed L2. Host cost per call is what
-benchmarks/host_overhead.py measures. The table is Markdown with the device and versions on
-top, and ends with the geometric mean and the minimum of tuned/cuBLAS.
+Measures, per contender:
+- device µs: kernel time, tuner.timing.retime_interleaved over every contender of the row
+  (L2 flushed before each sample with a GPU spin covering the host's launch, CUDA-graph
+  replays for calls under 20 µs, rotating input sets; one sample of each contender per
+  round, so drift hits them alike);
+- eager µs: `triton.testing.do_bench` of the call as written (median; L2 flushed between
+  calls, so a launch path longer than the flush shows);
+- loop µs: wall time per call of --loop-calls back-to-back calls through the final
+  synchronize, median of --loop-repeats; host µs: the same loop's time to issue the calls.
+Ratios are cuBLAS time / contender time: above 1 the contender is faster. The output ends with
+the geometric mean and minimum of each ratio over the shapes, one line each.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -31,11 +37,12 @@ from datetime import datetime, timezone
 import torch
 import torch.nn.functional as F
 import triton
+from triton.testing import do_bench
 
 from tuner.dtypes import DTYPES
 from tuner.execution import random_gemm, reference, relative_error, timing_sets
 from tuner.shapes import Shape, load_shapes
-from tuner.timing import time_gpu
+from tuner.timing import retime_interleaved
 
 
 def parse_rows(text: str | None, count: int) -> range:
@@ -46,12 +53,11 @@ def parse_rows(text: str | None, count: int) -> range:
 
 
 def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x == x and x > 0]
-    return statistics.geometric_mean(xs) if xs else float("nan")
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
 
 
-def contenders(layout: str, scaled: bool):
-    """(cuBLAS, tuned): calls of one Gemm's operands that return the product."""
+def user_calls(layout: str, scaled: bool):
+    """(cuBLAS, tuner): a user's call on one Gemm's operands, returning a new product."""
     import tuner
     if scaled:
         return (lambda g: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b,
@@ -60,6 +66,28 @@ def contenders(layout: str, scaled: bool):
     if layout == "nt":  # b = W^T of a row-major weight W: the linear-layer call
         return lambda g: F.linear(g.a, g.b.t()), lambda g: tuner.linear(g.a, g.b.t())
     return lambda g: torch.matmul(g.a, g.b), lambda g: tuner.matmul(g.a, g.b)
+
+
+def best_triton_call(shape: Shape, check):
+    """The runtime's best non-cuBLAS config for the key, as a call on a Gemm that writes its
+    output (replayed launches, kernels/launches.py), and that config."""
+    from tuner.dispatch import runnable_config
+    from tuner.kernels import kernel_for
+    from tuner.kernels.launches import prepare
+    from tuner.runtime import get_tuned_config_without
+    kernel = kernel_for(shape.M, shape.N)
+    answer = get_tuned_config_without(("cublas",), kernel.name, M=shape.M, N=shape.N, K=shape.K,
+                                      dtype=shape.dtype, stride_am=check.a.stride(0),
+                                      stride_bk=check.b.stride(0))
+    config, reason = runnable_config(kernel, answer, check)
+    if reason:
+        raise AssertionError(f"{shape}: the runtime's Triton answer cannot run it: {reason}")
+    prepared = prepare(kernel, config, check)
+
+    def call(g):
+        prepared(g)
+        return g.out
+    return call, config
 
 
 class Inductor:
@@ -84,25 +112,60 @@ class Inductor:
         return fn
 
 
-def compare(shape: Shape, seed: int, min_time_ms: float, inductor: Inductor) -> dict:
-    """TFLOP/s and errors of every contender on one shape, and the tuned config's variant."""
+def loop_us(fn, calls: int, repeats: int) -> tuple[float, float]:
+    """Median over repeats of (host µs to issue one call, wall µs per call) of `calls`
+    back-to-back calls."""
+    host, wall = [], []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        issued = time.perf_counter()
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        host.append((issued - start) / calls * 1e6)
+        wall.append((done - start) / calls * 1e6)
+    return statistics.median(host), statistics.median(wall)
+
+
+def measure(fn, check, ref, dtype: str, args) -> dict:
+    """Error, eager, host and loop figures of one contender on one shape."""
+    err = relative_error(fn(check), ref)
+    if not err <= DTYPES[dtype].tolerance:
+        raise AssertionError(f"relative error {err:.3g}")
+    eager_ms = do_bench(lambda: fn(check), warmup=25, rep=100, return_mode="median")
+    host, loop = loop_us(lambda: fn(check), args.loop_calls, args.loop_repeats)
+    return dict(err=err, eager=eager_ms * 1e3, host=host, loop=loop)
+
+
+def compare(shape: Shape, seed: int, args, inductor: Inductor) -> dict:
     from tuner import dispatch
+    from tuner.kernels.base import config_label
     sets = timing_sets(shape, "cuda", seed)
     check = random_gemm(shape, "cuda", seed - 1)
     ref = reference(check)
-    cublas, tuned = contenders(shape.layout, check.scale_a is not None)
-    row = {}
-    for name, fn in (("cublas", cublas), ("tuned", tuned),
-                     ("inductor", inductor.compiled(cublas, check))):
-        if fn is None:
-            continue
-        err = relative_error(fn(check), ref)
-        if name != "cublas" and not err <= DTYPES[shape.dtype].tolerance:
-            raise AssertionError(f"{shape} {name}: relative error {err:.3g}")
-        timing = time_gpu(lambda i, fn=fn: fn(sets[i]), len(sets), min_time_ms=min_time_ms)
-        row[name] = (shape.flops / (timing.p50_ms * 1e-3) / 1e12, err)
+    cublas, tuned = user_calls(shape.layout, check.scale_a is not None)
+    start = time.perf_counter()
+    tuned(check)
+    torch.cuda.synchronize()
+    first_call_s = time.perf_counter() - start
+    triton_call, triton_config = best_triton_call(shape, check)
+    contenders = {"cublas": cublas, "tuner": tuned, "triton": triton_call}
+    compiled = inductor.compiled(cublas, check)
+    if compiled is not None:
+        contenders["inductor"] = compiled
+    row = {name: measure(fn, check, ref, shape.dtype, args) for name, fn in contenders.items()}
+    # Device time side by side, interleaved round by round, so that clock and temperature
+    # drift over the row (large GEMMs throttle) hits every contender alike.
+    timings = retime_interleaved([lambda i, fn=fn: fn(sets[i]) for fn in contenders.values()],
+                                 len(sets), rounds=args.device_rounds)
+    for name, timing in zip(contenders, timings):
+        row[name]["device"] = timing.p50_ms * 1e3
+    row["first_call_s"] = first_call_s
     _, config = dispatch.plan(check)
-    row["config"] = config["variant"] + (f" pad{config['pad']}" if config["pad"] else "")
+    row["config"] = f"{config_label(config)} ({config.source})"
+    row["triton_config"] = config_label(triton_config)
     return row
 
 
@@ -111,42 +174,61 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", required=True)
     parser.add_argument("--config", required=True, help="table YAML from `tune export`")
     parser.add_argument("--rows", help="1-based data rows to run, e.g. 1-8")
-    parser.add_argument("--min-time-ms", type=float, default=300.0,
-                        help="timed milliseconds per contender and shape, at least")
-    parser.add_argument("--inductor-budget-s", type=float, default=240.0,
+    parser.add_argument("--device-rounds", type=int, default=30,
+                        help="interleaved device-time samples per contender and shape")
+    parser.add_argument("--loop-calls", type=int, default=200)
+    parser.add_argument("--loop-repeats", type=int, default=9)
+    parser.add_argument("--inductor-budget-s", type=float, default=900.0,
                         help="total seconds of max-autotune compiling (0: no inductor column)")
     args = parser.parse_args(argv)
 
     os.environ["TUNE_CONFIG"] = args.config  # before the dispatcher's first lookup
     shapes = load_shapes(args.shapes)
     props = torch.cuda.get_device_properties(0)
-    print(f"# tuned gemm-tuner vs cuBLAS vs torch.compile max-autotune — {props.name}, "
+    print(f"# gemm-tuner as called vs cuBLAS vs torch.compile max-autotune — {props.name}, "
           f"{props.multi_processor_count} SMs, torch {torch.__version__}, triton "
           f"{triton.__version__}, CUDA {torch.version.cuda}, "
           f"{datetime.now(timezone.utc):%Y-%m-%d}\n")
-    print(f"table: {args.config}; device time per call, tuner.timing.time_gpu medians over "
-          f">= {args.min_time_ms:g} ms (L2 flushed, host launch covered, graphs under 20 us, "
-          "rotating inputs); errors are relative Frobenius vs float64; nt rows call linear "
-          "(x @ W^T)\n")
-    print("| M | N | K | dtype | layout | cuBLAS TF/s | tuned TF/s | tuned/cuBLAS | variant | "
-          "inductor TF/s | inductor/cuBLAS | err cuBLAS | err tuned |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"table: {args.config}. µs per call; ratio = cuBLAS / contender (> 1: faster than "
+          "cuBLAS). device: median of interleaved samples (L2 flushed, host launch covered, "
+          "graphs under 20 µs); "
+          "eager: do_bench of the call; loop: wall per call of back-to-back calls; host: the "
+          "time to issue one call of that loop. nt rows call linear (x @ W^T).\n")
+    print("| shape | tuner config (source) | cuBLAS device / eager / loop / host | "
+          "tuner device / eager / loop / host | device | eager | loop | best triton config | "
+          "triton device | triton ratio | inductor device / eager | inductor ratio | "
+          "first call s | err cuBLAS / tuner |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     inductor = Inductor(args.inductor_budget_s)
-    ratios = []
+    ratios: dict[str, list[float]] = {k: [] for k in ("eager", "loop", "device", "triton",
+                                                      "inductor")}
     for i in parse_rows(args.rows, len(shapes)):
         shape = shapes[i]
-        row = compare(shape, 1000 + 100 * i, args.min_time_ms, inductor)
+        row = compare(shape, 1000 + 100 * i, args, inductor)
         torch.cuda.empty_cache()  # compare's buffers are gone; give their memory back
-        (cublas_tf, err_cublas), (tuned_tf, err_tuned) = row["cublas"], row["tuned"]
-        ratios.append(tuned_tf / cublas_tf)
-        inductor_tf = row.get("inductor", (None,))[0]
-        inductor_cells = (f"{inductor_tf:.1f} | {inductor_tf / cublas_tf:.2f}" if inductor_tf
-                          else "- | -")
-        print(f"| {shape.M} | {shape.N} | {shape.K} | {shape.dtype} | {shape.layout} | "
-              f"{cublas_tf:.1f} | {tuned_tf:.1f} | {ratios[-1]:.2f} | {row['config']} | "
-              f"{inductor_cells} | {err_cublas:.1e} | {err_tuned:.1e} |", flush=True)
-    print(f"\ngeomean tuned/cuBLAS {geomean(ratios):.3f}, min {min(ratios):.2f} over "
-          f"{len(ratios)} shapes")
+        cb, tu, tr = row["cublas"], row["tuner"], row["triton"]
+        for measure_name in ("eager", "loop", "device"):
+            ratios[measure_name].append(cb[measure_name] / tu[measure_name])
+        ratios["triton"].append(cb["device"] / tr["device"])
+        ind = row.get("inductor")
+        if ind:
+            ratios["inductor"].append(cb["device"] / ind["device"])
+        ind_cells = (f"{ind['device']:.1f} / {ind['eager']:.1f} | "
+                     f"{cb['device'] / ind['device']:.3f}" if ind else "- | -")
+        print(f"| {shape} | {row['config']} | {cb['device']:.1f} / {cb['eager']:.1f} / "
+              f"{cb['loop']:.1f} / {cb['host']:.1f} | {tu['device']:.1f} / {tu['eager']:.1f} / "
+              f"{tu['loop']:.1f} / {tu['host']:.1f} | {ratios['device'][-1]:.3f} | "
+              f"{ratios['eager'][-1]:.3f} | {ratios['loop'][-1]:.3f} | {row['triton_config']} | "
+              f"{tr['device']:.1f} | {ratios['triton'][-1]:.3f} | {ind_cells} | "
+              f"{row['first_call_s']:.2f} | {cb['err']:.1e} / {tu['err']:.1e} |", flush=True)
+    print()
+    for label, key in (("eager", "eager"), ("loop", "loop"), ("device", "device"),
+                       ("triton-only device", "triton"), ("inductor device", "inductor")):
+        xs = ratios[key]
+        if xs:
+            print(f"{label}: geomean {geomean(xs):.3f}, min {min(xs):.3f} over {len(xs)} shapes")
+        else:
+            print(f"{label}: no shapes")
     return 0
 
 
