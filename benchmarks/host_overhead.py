@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import yaml
+from _as_called import loop_us, user_calls
 from triton.testing import do_bench_cudagraph
 
 from tuner.dtypes import DTYPES
@@ -61,33 +61,17 @@ ROWS = [
 
 
 def calls(shape: Shape):
-    """(torch call, tuner call, the Gemm whose operands both use) for one shape."""
+    """(torch call, tuner call, the Gemm whose operands both use) for one shape: the user's
+    call as written, with the weight of an `nt` call taken once, as a layer holds it."""
     import tuner
     g = random_gemm(shape, "cuda", seed=5)
     if g.scale_a is not None:
-        return (lambda: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b,
-                                         out_dtype=torch.bfloat16),
-                lambda: tuner.matmul(g.a, g.b, scale_a=g.scale_a, scale_b=g.scale_b), g)
+        torch_call, tuner_call = user_calls(shape.layout, scaled=True)
+        return lambda: torch_call(g), lambda: tuner_call(g), g
     if shape.layout == "nt":
         weight = g.b.t()
         return lambda: F.linear(g.a, weight), lambda: tuner.linear(g.a, weight), g
     return lambda: torch.matmul(g.a, g.b), lambda: tuner.matmul(g.a, g.b), g
-
-
-def loop_us(fn, calls_per_run: int, repeats: int) -> tuple[float, float]:
-    """Median over repeats of (host µs per call, wall µs per call) of back-to-back calls."""
-    host, wall = [], []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls_per_run):
-            fn()
-        issued = time.perf_counter()
-        torch.cuda.synchronize()
-        done = time.perf_counter()
-        host.append((issued - start) / calls_per_run * 1e6)
-        wall.append((done - start) / calls_per_run * 1e6)
-    return statistics.median(host), statistics.median(wall)
 
 
 def table_for(config: dict, shape: Shape, g) -> dict:

@@ -35,8 +35,8 @@ import time
 from datetime import datetime, timezone
 
 import torch
-import torch.nn.functional as F
 import triton
+from _as_called import loop_us, user_calls
 from triton.testing import do_bench
 
 from tuner.dtypes import DTYPES
@@ -54,18 +54,6 @@ def parse_rows(text: str | None, count: int) -> range:
 
 def geomean(xs: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs))
-
-
-def user_calls(layout: str, scaled: bool):
-    """(cuBLAS, tuner): a user's call on one Gemm's operands, returning a new product."""
-    import tuner
-    if scaled:
-        return (lambda g: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b,
-                                           out_dtype=g.out.dtype),
-                lambda g: tuner.matmul(g.a, g.b, scale_a=g.scale_a, scale_b=g.scale_b))
-    if layout == "nt":  # b = W^T of a row-major weight W: the linear-layer call
-        return lambda g: F.linear(g.a, g.b.t()), lambda g: tuner.linear(g.a, g.b.t())
-    return lambda g: torch.matmul(g.a, g.b), lambda g: tuner.matmul(g.a, g.b)
 
 
 def best_triton_call(shape: Shape, check):
@@ -110,23 +98,6 @@ class Inductor:
             fn = None
         self.left_s -= time.perf_counter() - start
         return fn
-
-
-def loop_us(fn, calls: int, repeats: int) -> tuple[float, float]:
-    """Median over repeats of (host µs to issue one call, wall µs per call) of `calls`
-    back-to-back calls."""
-    host, wall = [], []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        issued = time.perf_counter()
-        torch.cuda.synchronize()
-        done = time.perf_counter()
-        host.append((issued - start) / calls * 1e6)
-        wall.append((done - start) / calls * 1e6)
-    return statistics.median(host), statistics.median(wall)
 
 
 def measure(fn, check, ref, dtype: str, args) -> dict:
