@@ -123,6 +123,33 @@ def test_the_launch_mode_decides_what_the_study_optimises(world, launch, winner_
     assert told == objective
 
 
+class HostBoundExecutor(ScriptedExecutor):
+    """Every call costs the host's 50 µs, give or take 3%, whatever its kernel (bigger tiles
+    still run faster on the device)."""
+
+    def measure(self, slot, shape, seed, kernel_name, config):
+        result = super().measure(slot, shape, seed, kernel_name, config)
+        if result.status != "ok":
+            return result
+        jitter = 1 + 0.03 * ((config["BLOCK_M"] + config["num_stages"]) % 3 - 1)
+        return dataclasses.replace(result, loop_ms=0.05 * jitter)
+
+    def retime(self, slot, shape, seed, kernel_name, configs, launch):
+        self.retimed.append(configs)
+        return [Timing(0.048, 0.05, 0.052, 30, "x") for _ in configs]
+
+
+def test_eager_calls_the_host_paces_go_to_the_fastest_kernel(world):
+    """Host-bound calls all take the same time within noise: the eager winner is the config
+    whose kernel is fastest on the device, not whichever the host noise favoured."""
+    executor = HostBoundExecutor()
+    runner, _ = world.runner(executor, trials=SPACE.size, launch=EAGER)
+    outcome = runner.run()
+    measured = [t for t in runner.stored.values() if t.status == "ok"]
+    assert outcome.best.p50_ms == min(t.p50_ms for t in measured)
+    assert min(t.loop_ms for t in measured) < outcome.best.loop_ms  # not the loop's pick
+
+
 def test_failures_are_remembered_and_skipped_by_the_next_study(world):
     first = ScriptedExecutor()
     world.runner(first, trials=16)[0].run()
