@@ -257,3 +257,28 @@ def test_a_cublas_winner_is_dispatched_to_torch(tmp_path, monkeypatch):
     (repeat,) = dispatch._LINEAR_REPEATS.values()
     assert repeat.linear is torch.nn.functional.linear
     dispatch.clear_cache()
+
+
+def test_the_fallback_refuses_a_neighbour_that_cannot_run_the_call(tmp_path, monkeypatch):
+    """A key near a bucket tuned to a TMA tile, whose own A cannot be read through TMA (a
+    transposed fp32 A with rows 12 bytes apart; on an H200 such a 2x2x65536 fp32 call fell to
+    the default config at 370x cuBLAS): the answer must run the call, correctly, and be
+    neither the TMA neighbour nor the default."""
+    table = tmp_path / "t.yaml"
+    strategy = dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk", "dtype"), "default")
+    tma = {"variant": "tma", "pad": 0, **TMA_TILE}
+    table.write_text(yaml.safe_dump({"format": runtime.TABLE_FORMAT, "ops": {"mm": {
+        "strategy": strategy, "entries": [{
+            "key": {"M": 64, "N": 64, "K": 65536, "stride_am": 65536, "stride_bk": 64,
+                    "dtype": "fp32"},
+            "config": tma}]}}}))
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    dispatch.clear_cache()
+    a = torch.randn(65537, 3, device="cuda")[:, :2].t()  # 2x65537, rows 3 elements apart
+    b = torch.randn(65537, 2, device="cuda")
+    for _ in range(2):
+        out = tuner.matmul(a, b)
+        assert relative_error(out, a.double() @ b.double()) <= DTYPES["fp32"].tolerance
+    (call,) = dispatch._CALLS.values()
+    assert call.config["variant"] != "tma" and call.config.source != "default"
+    dispatch.clear_cache()
