@@ -11,10 +11,14 @@ byte offset from that operand's address), and later calls call the compiled kern
 with the new addresses. A TMA descriptor argument is re-issued as a copy of the recorded one
 whose base is the new address: Triton's launcher encodes the hardware descriptor from it.
 
+Where Triton 3.6's launcher is called directly, a descriptor is encoded once per address and
+handed to its C launch function as it is (see _Launch).
+
 Every argument must be a view of one of the call's operands, a buffer the replay may keep (a
 workspace: padded operands, split-K partials), or a plain value; `Variant.replayable` says
-which configs launch nothing but Triton kernels. `prepare` is the whole path for one config:
-what the dispatcher runs, and what tuning times as "the call".
+which configs launch nothing but Triton kernels. `prepare` is the whole path for one config,
+and `Prepared.repeated` how a repeated user call runs it: what the dispatcher runs, and what
+tuning times as "the call".
 """
 from __future__ import annotations
 
@@ -301,6 +305,52 @@ class Replay:
                        enter, knobs.runtime.launch_exit_hook, *args)
 
 
+class Repeated:
+    """A repeated user call of one signature, as the dispatcher serves it once validated
+    (tuner.dispatch): `linear(x, weight, bias)` and `matmul(a, b, out, scale_a, scale_b)`,
+    each returning the result. Tuning times `matmul` as the cost of a call (Prepared.
+    as_repeated), so that what it measures is what a deployment runs."""
+    # Whether it reads the operands where the recorded call's launches read them: a linear
+    # whose x was copied by its reshape cannot be served so.
+    reads_recorded_views = False
+
+    def linear(self, x, weight, bias) -> torch.Tensor:
+        raise NotImplementedError
+
+    def matmul(self, a, b, out, scale_a, scale_b) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class _ReplayedCall(Repeated):
+    """Allocate the output, re-issue the recorded launches. The shape is kept as a plain
+    tuple and linear's output comes from x.new_empty: both spare torch's argument parsing
+    some work on every call."""
+    reads_recorded_views = True
+
+    def __init__(self, replay: Replay, out: torch.Tensor):
+        self.replay = replay
+        self.out_shape, self.out_dtype, self.device = tuple(out.shape), out.dtype, out.device
+
+    def linear(self, x, weight, bias):
+        out = x.new_empty(self.out_shape)  # linear's output has x's dtype and device
+        self.replay((x, weight, out, bias, None, None))
+        return out
+
+    def matmul(self, a, b, out, scale_a, scale_b):
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        self.replay((a, b, out, None, scale_a, scale_b))
+        return out
+
+
+class _LibraryCall(Repeated):
+    """A library variant's call: the torch function itself (kernels.base.LibraryCalls)."""
+
+    def __init__(self, calls):
+        self.linear = calls.linear
+        self.matmul = calls.matmul
+
+
 class Prepared:
     """One call key's way to compute a Gemm: its replay, or `kernel.launch` where the config's
     launches cannot be replayed (a library call, the interpreter)."""
@@ -314,28 +364,28 @@ class Prepared:
         else:
             self.replay(operands_of(gemm))
 
-    def as_repeated(self, gemm: Gemm) -> Callable[[Gemm], torch.Tensor]:
-        """A repeated `tuner.matmul` of Gemms like `gemm` (no bias), returning a new output
-        as the dispatcher computes it: a library variant's own torch call, else a fresh
-        output and the replay (tuner.dispatch's _Library and _Replayed). What tuning times
-        as the cost of a call."""
+    def repeated(self, out: torch.Tensor) -> Repeated | None:
+        """How repeated calls whose results look like `out` are served: a library variant's
+        own torch call, the replay into a new output, or None (nothing to replay)."""
         library = self.kernel.variant[self.config["variant"]].library_calls
         if library is not None:
-            return lambda g: library.matmul(g.a, g.b, None, g.scale_a, g.scale_b)
-        shape, dtype, device = tuple(gemm.out.shape), gemm.out.dtype, gemm.out.device
-        replay = self.replay
-        if replay is None:  # the interpreter: nothing to replay, launched in full
-            def launched(g: Gemm) -> torch.Tensor:
-                out = torch.empty(shape, dtype=dtype, device=device)
-                self.kernel.launch(replace(g, out=out), self.config)
-                return out
-            return launched
+            return _LibraryCall(library)
+        return None if self.replay is None else _ReplayedCall(self.replay, out)
 
-        def replayed(g: Gemm) -> torch.Tensor:
+    def as_repeated(self, gemm: Gemm) -> Callable[[Gemm], torch.Tensor]:
+        """A repeated `tuner.matmul` of Gemms like `gemm` (no bias), returning a new output
+        as the dispatcher computes it (`repeated`), or, on the interpreter, a new output and
+        the full launch."""
+        repeated = self.repeated(gemm.out)
+        if repeated is not None:
+            return lambda g: repeated.matmul(g.a, g.b, None, g.scale_a, g.scale_b)
+        shape, dtype, device = tuple(gemm.out.shape), gemm.out.dtype, gemm.out.device
+
+        def launched(g: Gemm) -> torch.Tensor:
             out = torch.empty(shape, dtype=dtype, device=device)
-            replay((g.a, g.b, out, None, g.scale_a, g.scale_b))
+            self.kernel.launch(replace(g, out=out), self.config)
             return out
-        return replayed
+        return launched
 
 
 def prepare(kernel: Kernel, config: Config, gemm: Gemm) -> Prepared:

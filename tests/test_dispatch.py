@@ -15,6 +15,7 @@ from tuner import dispatch, runtime
 from tuner.dtypes import DTYPES
 from tuner.execution import random_operands, relative_error
 from tuner.export import write_atomic
+from tuner.kernels import launches
 from tuner.shapes import LAYOUTS, Shape
 
 
@@ -214,7 +215,7 @@ class TorchReplay:
 def torch_replays(monkeypatch) -> list:
     """Every call key gets a TorchReplay; returns the log of the operands replays were given."""
     log = []
-    monkeypatch.setattr(dispatch.Replay, "of", classmethod(lambda cls, recorded, ops:
+    monkeypatch.setattr(launches.Replay, "of", classmethod(lambda cls, recorded, ops:
                                                            TorchReplay(log)))
     return log
 

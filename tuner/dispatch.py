@@ -13,7 +13,7 @@ autograd skip the operator machinery and launch directly: host time decides deco
 For the same reason a call key's Triton launches are recorded once and replayed for later
 calls with the new operands' addresses (kernels/launches.py), skipping Triton's argument
 binding and specialization; and a public call whose signature (every tensor's shape, strides,
-dtype, device and alignment) was seen before skips validation too (`_Repeat`): that
+dtype, device and alignment) was seen before skips validation too (`Repeated`): that
 signature passed it already, and decides the launches. A key tuned to `cublas` goes straight
 to the torch function the user would have called.
 """
@@ -28,8 +28,8 @@ import torch
 from tuner import runtime
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for, launches
-from tuner.kernels.base import Gemm, Kernel, LibraryCalls
-from tuner.kernels.launches import Prepared, Replay
+from tuner.kernels.base import Gemm, Kernel
+from tuner.kernels.launches import Prepared, Repeated
 from tuner.kernels.padding import pad_changes_nothing
 from tuner.runtime import CUBLAS_CONFIG, DEFAULT_CONFIGS, get_tuned_config
 
@@ -41,10 +41,6 @@ class _Call:
     config: Mapping
     # How later calls compute (kernels/launches.py); None until the first call ran.
     prepared: Prepared | None = None
-
-    @property
-    def library_calls(self) -> LibraryCalls | None:
-        return self.kernel.variant[self.config["variant"]].library_calls
 
 
 _CALLS: dict[tuple, _Call] = {}
@@ -252,55 +248,12 @@ _linear.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
 # -- repeated calls ---------------------------------------------------------------------------
-class _Repeat:
-    """What a public call runs when its signature (`_described` of its arguments) comes
-    again. Validation is skipped: the signature holds everything it checks (shapes, dtypes,
-    devices, alignment), and passed."""
-
-    def linear(self, x, weight, bias) -> torch.Tensor:
-        raise NotImplementedError
-
-    def matmul(self, a, b, out, scale_a, scale_b) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class _Replayed(_Repeat):
-    """A replayed Triton call: allocate the output, re-issue the recorded launches. The shape
-    is kept as a plain tuple and linear's output comes from x.new_empty: both spare torch's
-    argument parsing some work on every call."""
-
-    def __init__(self, replay: Replay, out: torch.Tensor):
-        self.replay = replay
-        self.out_shape, self.out_dtype, self.device = tuple(out.shape), out.dtype, out.device
-
-    def linear(self, x, weight, bias):
-        out = x.new_empty(self.out_shape)  # linear's output has x's dtype and device
-        self.replay((x, weight, out, bias, None, None))
-        return out
-
-    def matmul(self, a, b, out, scale_a, scale_b):
-        if out is None:
-            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
-        self.replay((a, b, out, None, scale_a, scale_b))
-        return out
-
-
-class _Library(_Repeat):
-    """A library variant's call: the torch function itself (kernels.base.LibraryCalls)."""
-
-    def __init__(self, calls: LibraryCalls):
-        self.linear = calls.linear
-        self._matmul = calls.matmul
-
-    def matmul(self, a, b, out, scale_a, scale_b):
-        return self._matmul(a, b, out, scale_a, scale_b)
-
-
-# Per public-call signature (`_described` of each argument): its _Repeat, or None where later
-# calls take the full path (an empty product, an interpreted kernel, or an input reshape that
-# copied). One dict per public function.
-_LINEAR_REPEATS: dict[tuple, _Repeat | None] = {}
-_MATMUL_REPEATS: dict[tuple, _Repeat | None] = {}
+# Per public-call signature (`_described` of each argument): how later calls of it run
+# (kernels.launches.Repeated: validation is skipped, the signature holds everything it checks
+# and passed), or None where they take the full path (an empty product, an interpreted
+# kernel, or an input reshape that copied). One dict per public function.
+_LINEAR_REPEATS: dict[tuple, Repeated | None] = {}
+_MATMUL_REPEATS: dict[tuple, Repeated | None] = {}
 
 
 def _described(t: torch.Tensor | None) -> tuple | None:
@@ -314,16 +267,14 @@ def _described(t: torch.Tensor | None) -> tuple | None:
 
 def _remember(repeats: dict, signature: tuple, call: _Call | None, out: torch.Tensor,
               same_addresses: bool) -> None:
-    """Note how later calls of `signature` run: a library variant's torch function, or the
-    replay of the launches if they can be replayed and the operands they read sit at the
+    """Note how later calls of `signature` run (Prepared.repeated): a library variant's torch
+    function, or the replay of the launches where the operands they read sit at the
     arguments' own addresses (`same_addresses`)."""
     if signature in repeats:
         return
-    repeat = None
-    if call is not None and call.library_calls is not None:
-        repeat = _Library(call.library_calls)
-    elif call is not None and call.prepared.replay is not None and same_addresses:
-        repeat = _Replayed(call.prepared.replay, out)
+    repeat = None if call is None else call.prepared.repeated(out)
+    if repeat is not None and repeat.reads_recorded_views and not same_addresses:
+        repeat = None
     repeats[signature] = repeat
 
 
