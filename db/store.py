@@ -242,14 +242,17 @@ class Store:
             s.commit()
 
     # -- reading back ---------------------------------------------------------------------
-    def winners(self, device_ids: list[int] | None = None) -> list[Winner]:
-        """Winners with their device, kernel, study (its space and trials: an export in the
-        other launch mode picks among them) and trial loaded."""
+    def winners(self, device_ids: list[int] | None = None,
+                with_trials: bool = False) -> list[Winner]:
+        """Winners with their device, kernel, study (and its space) and trial loaded; with
+        their studies' trials too where asked (an export in the other launch mode picks among
+        them; a warm start, which reads winners at every study's start, needs none)."""
         study = selectinload(Winner.study)
-        query = select(Winner).options(
-            selectinload(Winner.device), selectinload(Winner.kernel), selectinload(Winner.trial),
-            study.selectinload(Study.space), study.selectinload(Study.trials)
-        ).order_by(Winner.id)
+        loads = [selectinload(Winner.device), selectinload(Winner.kernel),
+                 selectinload(Winner.trial), study.selectinload(Study.space)]
+        if with_trials:
+            loads.append(study.selectinload(Study.trials))
+        query = select(Winner).options(*loads).order_by(Winner.id)
         if device_ids is not None:
             query = query.where(Winner.device_id.in_(device_ids))
         with self.sessions() as s:

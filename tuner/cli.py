@@ -291,7 +291,7 @@ def _winners(db_url, device_selector):
     from tuner.export import current_only, select_device
     from tuner.kernels import source_hashes
 
-    winners = Store(session_factory(db_url)).winners()
+    winners = Store(session_factory(db_url)).winners(with_trials=True)
     winners, stale = current_only(winners, source_hashes())
     if stale:
         click.echo(f"note: {stale} winners measured with older kernel source left out", err=True)
