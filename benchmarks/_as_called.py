@@ -23,12 +23,22 @@ def user_calls(layout: str, scaled: bool):
     return lambda g: torch.matmul(g.a, g.b), lambda g: tuner.matmul(g.a, g.b)
 
 
-def loop_us(fn, calls: int, repeats: int) -> tuple[float, float]:
-    """Median over repeats of (host µs to issue one call, wall µs per call) of `calls`
-    back-to-back calls after a synchronize; few enough calls that the launch queue never
-    fills keeps the first figure the host's alone."""
-    host, wall = [], []
-    for _ in range(repeats):
+def _rotations(count: int, rounds: int):
+    """Indices 0..count-1, `rounds` times, each round starting one further along: timing
+    contenders round by round, so that drift of the host or the GPU hits them alike."""
+    for first in range(rounds):
+        for offset in range(count):
+            yield (first + offset) % count
+
+
+def loops_us(fns, calls: int, repeats: int) -> list[tuple[float, float]]:
+    """Per fn, the median over repeats of (host µs to issue one call, wall µs per call) of
+    `calls` back-to-back calls after a synchronize, the fns interleaved repeat by repeat. Few
+    enough calls that the launch queue never fills keeps the first figure the host's alone."""
+    host: list[list[float]] = [[] for _ in fns]
+    wall: list[list[float]] = [[] for _ in fns]
+    for i in _rotations(len(fns), repeats):
+        fn = fns[i]
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(calls):
@@ -36,6 +46,16 @@ def loop_us(fn, calls: int, repeats: int) -> tuple[float, float]:
         issued = time.perf_counter()
         torch.cuda.synchronize()
         done = time.perf_counter()
-        host.append((issued - start) / calls * 1e6)
-        wall.append((done - start) / calls * 1e6)
-    return statistics.median(host), statistics.median(wall)
+        host[i].append((issued - start) / calls * 1e6)
+        wall[i].append((done - start) / calls * 1e6)
+    return [(statistics.median(h), statistics.median(w)) for h, w in zip(host, wall)]
+
+
+def eagers_us(fns, rounds: int, rep_ms: float) -> list[float]:
+    """Per fn, the median over rounds of `triton.testing.do_bench` (L2 flushed between
+    calls) of the call as written, the fns interleaved round by round."""
+    from triton.testing import do_bench
+    samples: list[list[float]] = [[] for _ in fns]
+    for i in _rotations(len(fns), rounds):
+        samples[i].append(do_bench(fns[i], warmup=5, rep=rep_ms, return_mode="median") * 1e3)
+    return [statistics.median(s) for s in samples]

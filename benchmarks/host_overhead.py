@@ -11,7 +11,8 @@ deployment reads it) and calls `tuner.linear(x, W)` (`nt`), `tuner.matmul(a, b)`
 `torch._scaled_mm` on the same operands. Columns:
 - host µs: `--calls` back-to-back calls after a synchronize, timed on the host without
   waiting for the GPU (few enough calls that the launch queue never fills), median of
-  `--repeats`;
+  `--repeats`, torch's and the tuner's loops taking turns (a lent machine's host speed
+  drifts by tens of percent within a minute);
 - wall µs: the same loop through its final synchronize, per call: what a loop of calls costs;
 - device µs: the tuner's kernels alone, CUDA-graph replay (triton.testing.do_bench_cudagraph);
 - first call s: the first call of the key (compile or disk-cache load, and recording).
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import yaml
-from _as_called import loop_us, user_calls
+from _as_called import loops_us, user_calls
 from triton.testing import do_bench_cudagraph
 
 from tuner.dtypes import DTYPES
@@ -87,14 +88,15 @@ def table_for(config: dict, shape: Shape, g) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=41)
     args = parser.parse_args(argv)
     from tuner import dispatch
     from tuner.kernels.base import config_label
     props = torch.cuda.get_device_properties(0)
     print(f"# host time per call — {props.name}, torch {torch.__version__}, triton "
           f"{triton.__version__}, {datetime.now(timezone.utc):%Y-%m-%d}\n")
-    print(f"{args.calls} back-to-back calls, median of {args.repeats} runs\n")
+    print(f"{args.calls} back-to-back calls, median of {args.repeats} runs, torch and tuner "
+          "taking turns\n")
     print("| config | shape | torch host µs | tuner host µs | tuner/torch host | "
           "torch wall µs | tuner wall µs | tuner device µs | first call s | rel. error |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -115,8 +117,8 @@ def main(argv=None) -> int:
             if not err <= DTYPES[shape.dtype].tolerance:
                 raise AssertionError(f"{shape} {config_label(config)}: relative error {err:.3g}")
             device_us = do_bench_cudagraph(tuner_call, rep=50) * 1e3
-            torch_host, torch_wall = loop_us(torch_call, args.calls, args.repeats)
-            tuner_host, tuner_wall = loop_us(tuner_call, args.calls, args.repeats)
+            (torch_host, torch_wall), (tuner_host, tuner_wall) = loops_us(
+                [torch_call, tuner_call], args.calls, args.repeats)
             ratios.append(tuner_host / torch_host)
             print(f"| {config_label(config)} | {shape} | {torch_host:.1f} | {tuner_host:.1f} | "
                   f"{ratios[-1]:.2f} | {torch_wall:.1f} | {tuner_wall:.1f} | {device_us:.1f} | "

@@ -17,10 +17,12 @@ Measures, per contender:
   (L2 flushed before each sample with a GPU spin covering the host's launch, CUDA-graph
   replays for calls under 20 µs, rotating input sets; one sample of each contender per
   round, so drift hits them alike);
-- eager µs: `triton.testing.do_bench` of the call as written (median; L2 flushed between
-  calls, so a launch path longer than the flush shows);
+- eager µs: `triton.testing.do_bench` of the call as written (L2 flushed between calls, so a
+  launch path longer than the flush shows), median of --eager-rounds runs;
 - loop µs: wall time per call of --loop-calls back-to-back calls through the final
   synchronize, median of --loop-repeats; host µs: the same loop's time to issue the calls.
+Eager and loop runs, like device samples, take turns across the row's contenders: a lent
+machine's host speed drifts by tens of percent within a minute.
 Ratios are cuBLAS time / contender time: above 1 the contender is faster. The output ends with
 the geometric mean and minimum of each ratio over the shapes, one line each.
 """
@@ -36,8 +38,7 @@ from datetime import datetime, timezone
 
 import torch
 import triton
-from _as_called import loop_us, user_calls
-from triton.testing import do_bench
+from _as_called import eagers_us, loops_us, user_calls
 
 from tuner.dtypes import DTYPES
 from tuner.execution import random_gemm, reference, relative_error, timing_sets
@@ -100,14 +101,21 @@ class Inductor:
         return fn
 
 
-def measure(fn, check, ref, dtype: str, args) -> dict:
-    """Error, eager, host and loop figures of one contender on one shape."""
-    err = relative_error(fn(check), ref)
-    if not err <= DTYPES[dtype].tolerance:
-        raise AssertionError(f"relative error {err:.3g}")
-    eager_ms = do_bench(lambda: fn(check), warmup=25, rep=100, return_mode="median")
-    host, loop = loop_us(lambda: fn(check), args.loop_calls, args.loop_repeats)
-    return dict(err=err, eager=eager_ms * 1e3, host=host, loop=loop)
+def measure(contenders: dict, check, ref, dtype: str, args) -> dict:
+    """Per contender on one shape: its error, then eager, host and loop figures, each taken
+    with the contenders interleaved (the host's speed drifts within a row)."""
+    row = {}
+    for name, fn in contenders.items():
+        err = relative_error(fn(check), ref)
+        if not err <= DTYPES[dtype].tolerance:
+            raise AssertionError(f"{name}: relative error {err:.3g}")
+        row[name] = {"err": err}
+    calls = [lambda fn=fn: fn(check) for fn in contenders.values()]
+    eagers = eagers_us(calls, args.eager_rounds, rep_ms=25)
+    loops = loops_us(calls, args.loop_calls, args.loop_repeats)
+    for name, eager, (host, loop) in zip(contenders, eagers, loops):
+        row[name].update(eager=eager, host=host, loop=loop)
+    return row
 
 
 def compare(shape: Shape, seed: int, args, inductor: Inductor) -> dict:
@@ -126,7 +134,7 @@ def compare(shape: Shape, seed: int, args, inductor: Inductor) -> dict:
     compiled = inductor.compiled(cublas, check)
     if compiled is not None:
         contenders["inductor"] = compiled
-    row = {name: measure(fn, check, ref, shape.dtype, args) for name, fn in contenders.items()}
+    row = measure(contenders, check, ref, shape.dtype, args)
     # Device time side by side, interleaved round by round, so that clock and temperature
     # drift over the row (large GEMMs throttle) hits every contender alike.
     timings = retime_interleaved([lambda i, fn=fn: fn(sets[i]) for fn in contenders.values()],
@@ -147,8 +155,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", help="1-based data rows to run, e.g. 1-8")
     parser.add_argument("--device-rounds", type=int, default=30,
                         help="interleaved device-time samples per contender and shape")
+    parser.add_argument("--eager-rounds", type=int, default=5,
+                        help="interleaved do_bench runs (25 ms each) per contender and shape")
     parser.add_argument("--loop-calls", type=int, default=200)
-    parser.add_argument("--loop-repeats", type=int, default=9)
+    parser.add_argument("--loop-repeats", type=int, default=15)
     parser.add_argument("--inductor-budget-s", type=float, default=900.0,
                         help="total seconds of max-autotune compiling (0: no inductor column)")
     args = parser.parse_args(argv)

@@ -192,10 +192,78 @@ def _direct_launch(run):
     return run.launch
 
 
-def _hooked(hook) -> bool:
-    """Whether a launch hook of Triton's (a profiler's) wants calls: Triton keeps an empty
-    chain of hooks, which the direct path skips along with the metadata built for it."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+# The names a generated issuing function gives the operands (operands_of's order).
+_OPERAND_NAMES = ("a", "b", "out", "bias", "scale_a", "scale_b")
+
+
+def _issuing_function(replay: Replay) -> Callable | None:
+    """issue(a, b, out, bias, scale_a, scale_b): every launch of `replay` as one generated
+    Python function that calls the C launchers with the operands' addresses written in, or
+    None where some launch cannot be called directly.
+
+    Generated, as Triton generates its own binder and launcher: per launch the general path
+    copies an argument list and loops over its slots, ~1 µs of host time that a decode call
+    pays on every launch; here each argument is an expression in place. Hooks installed
+    later (a profiler) send the call down the general path, which serves them.
+    """
+    if not replay.launches or any(launch.direct is None for launch in replay.launches):
+        return None
+    names: dict[str, object] = {"raw_stream": _raw_stream or (lambda device: None),
+                                "device": replay.device, "hooks": knobs.runtime,
+                                "general": replay}
+
+    def named(value, name: str) -> str:
+        if value is None or type(value) in (bool, int):
+            return repr(value)
+        names[name] = value
+        return name
+
+    calls = []
+    for i, launch in enumerate(replay.launches):
+        if launch.flat is None:
+            if any(rebased is not None for *_, rebased in launch.slots):
+                return None  # descriptors, but no encoder to call directly
+            arguments = launch.fixed
+            slots = {position: (operand, offset, None, 1, None)
+                     for position, operand, offset, _ in launch.slots}
+        else:
+            arguments = launch.flat
+            slots = {slot[0]: slot[1:] for slot in launch.flat_slots}
+        names[f"launch{i}"] = launch.direct
+        expressions = [*map(str, launch.grid), "stream",
+                       named(launch.compiled.function, f"function{i}"),
+                       *(named(option, f"option{i}_{j}")
+                         for j, option in enumerate(launch.options))]
+        position = 0
+        while position < len(arguments):
+            slot = slots.get(position)
+            if slot is None:
+                expressions.append(named(arguments[position], f"argument{i}_{position}"))
+                position += 1
+                continue
+            operand, offset, rebased, width, meta = slot
+            address = f"{_OPERAND_NAMES[operand]}.data_ptr()" + (f" + {offset}" if offset else "")
+            if rebased is None:
+                expressions.append(address)
+            else:
+                names[f"rebased{i}_{position}"] = rebased
+                names[f"meta{i}_{position}"] = meta
+                names[f"expand{i}"] = launch.expand
+                expressions.append(f"*rebased{i}_{position}.encoded({address}, expand{i}, "
+                                   f"meta{i}_{position})")
+            position += width
+        calls.append(f"    launch{i}({', '.join(expressions)})")
+    operands = ", ".join(_OPERAND_NAMES)
+    source = "\n".join([
+        f"def issue({operands}):",
+        # Triton keeps empty chains of hooks; anything else may want calls.
+        "    if (getattr(hooks.launch_enter_hook, 'calls', True)",
+        "            or getattr(hooks.launch_exit_hook, 'calls', True)):",
+        f"        return general(({operands}))",
+        "    stream = raw_stream(device)",
+        *calls, ""])
+    exec(compile(source, f"<replay of {len(calls)} launch(es)>", "exec"), names)
+    return names["issue"]
 
 
 class _Launch:
@@ -229,17 +297,6 @@ class _Launch:
             args[position] = address if rebased is None else rebased(address)
         return args
 
-    def flat_arguments(self, operands: Sequence[torch.Tensor | None]) -> list:
-        """The C launcher's arguments for these operands (descriptors encoded)."""
-        args = self.flat.copy()
-        for position, operand, offset, rebased, width, meta in self.flat_slots:
-            address = operands[operand].data_ptr() + offset
-            if rebased is None:
-                args[position] = address
-            else:
-                args[position:position + width] = rebased.encoded(address, self.expand, meta)
-        return args
-
 
 class Replay:
     """The recorded launches of one call key, re-issued for new operands' addresses."""
@@ -249,6 +306,8 @@ class Replay:
         self.launches = launches
         self.device = device
         self.held = held  # workspaces whose addresses the arguments hold as plain integers
+        # issue(a, b, out, bias, scale_a, scale_b): what a repeated call runs.
+        self.issue = _issuing_function(self) or (lambda *operands: self(operands))
 
     @classmethod
     def of(cls, recorded: list[tuple], operands: Sequence[torch.Tensor | None]) -> Replay | None:
@@ -290,15 +349,9 @@ class Replay:
         through Triton's driver costs several µs per launch."""
         stream = _raw_stream(self.device) if _raw_stream is not None else None
         enter = knobs.runtime.launch_enter_hook
-        hooked = _hooked(enter) or _hooked(knobs.runtime.launch_exit_hook)
         for launch in self.launches:
             x, y, z = launch.grid
             compiled = launch.compiled
-            if launch.direct is not None and not hooked:
-                args = (launch.arguments(operands) if launch.flat is None
-                        else launch.flat_arguments(operands))
-                launch.direct(x, y, z, stream, compiled.function, *launch.options, *args)
-                continue
             args = launch.arguments(operands)
             metadata = compiled.launch_metadata((x, y, z), stream, *args)
             launch.run(x, y, z, stream, compiled.function, compiled.packed_metadata, metadata,
@@ -328,18 +381,18 @@ class _ReplayedCall(Repeated):
     reads_recorded_views = True
 
     def __init__(self, replay: Replay, out: torch.Tensor):
-        self.replay = replay
+        self.issue = replay.issue
         self.out_shape, self.out_dtype, self.device = tuple(out.shape), out.dtype, out.device
 
     def linear(self, x, weight, bias):
         out = x.new_empty(self.out_shape)  # linear's output has x's dtype and device
-        self.replay((x, weight, out, bias, None, None))
+        self.issue(x, weight, out, bias, None, None)
         return out
 
     def matmul(self, a, b, out, scale_a, scale_b):
         if out is None:
             out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
-        self.replay((a, b, out, None, scale_a, scale_b))
+        self.issue(a, b, out, None, scale_a, scale_b)
         return out
 
 
@@ -362,7 +415,7 @@ class Prepared:
         if self.replay is None:
             self.kernel.launch(gemm, self.config)
         else:
-            self.replay(operands_of(gemm))
+            self.replay.issue(*operands_of(gemm))
 
     def repeated(self, out: torch.Tensor) -> Repeated | None:
         """How repeated calls whose results look like `out` are served: a library variant's

@@ -210,6 +210,9 @@ class TorchReplay:
         product = a.reshape(-1, a.shape[-1]).double() @ b.double()
         out.copy_((product if bias is None else product + bias.double()).view(out.shape))
 
+    def issue(self, *operands):
+        self(operands)
+
 
 @pytest.fixture
 def torch_replays(monkeypatch) -> list:

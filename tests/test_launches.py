@@ -134,9 +134,48 @@ def test_a_replay_encodes_each_descriptor_address_once_and_calls_the_launcher_it
     encodings.clear()  # building the replay measures one expansion
     others = [torch.zeros(8, 4) for _ in range(2)]
     for operand in (*others, others[0], others[1]):
-        replay((operand,))
+        replay.issue(operand, None, None, None, None, None)
     assert encodings == [t.data_ptr() for t in others]  # once per address
     assert len(log) == 4
     args = log[0]  # as the C launcher takes them: no wrapper in between
     assert args[:5] == (3, 1, 1, None, "function")  # grid, stream (none on CPU), function
     assert args[-6:] == ("map", 8, 4, 4, 1, 7)  # the descriptor expanded, then m
+
+
+class DirectRunner(Runner36):
+    """A runner whose launcher takes no descriptors: the C launcher itself, no wrapper."""
+
+    def __init__(self, log: list):
+        self.launch = lambda *args: log.append(("direct", args))
+        self.log = log
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.log.append(("runner", args[4:]))  # after both metadatas and both hooks
+
+
+def test_repeated_launches_run_as_one_generated_function_until_a_hook_wants_them(monkeypatch):
+    """Each argument of the generated call is the operand's address plus its offset, or the
+    recorded value; a launch hook (a profiler) gets the runner's path, which calls it."""
+    log = []
+    compiled = FakeCompiled([])
+    compiled.run = DirectRunner(log)
+    a, b, out, workspace = torch.zeros(4, 8), torch.zeros(8, 6), torch.zeros(4, 6), torch.zeros(3)
+    with launches.recording() as recorded:
+        for grid in ((2, 1), (5,)):
+            launches.record(KERNEL, compiled, grid, (a, b.t(), out[1:], workspace, 4, 64, None),
+                            {"BLOCK": 32})
+    replay = Replay.of(recorded, (a, b, out, None, None, None))
+    a2, b2, out2 = torch.ones(4, 8), torch.ones(8, 6), torch.ones(4, 6)
+    replay.issue(a2, b2, out2, None, None, None)
+    row = out2.stride(0) * out2.element_size()
+    expected = (a2.data_ptr(), b2.data_ptr(), out2.data_ptr() + row, workspace.data_ptr(), 4,
+                64, None, 32)
+    options = (False, False, None, None, "metadata", None, None, None)
+    assert log == [("direct", (2, 1, 1, None, "function", *options, *expected)),
+                   ("direct", (5, 1, 1, None, "function", *options, *expected))]
+
+    log.clear()
+    hook = launches.knobs.runtime.launch_enter_hook
+    monkeypatch.setattr(hook, "calls", [lambda metadata: None])
+    replay.issue(a2, b2, out2, None, None, None)
+    assert log == [("runner", expected), ("runner", expected)]
