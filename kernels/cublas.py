@@ -45,11 +45,15 @@ def _matmul(a, b, out, scale_a, scale_b):
 
 def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     """What torch's GEMM cannot do as this call asks: fp8 only as row-major A times
-    column-major B (torch._scaled_mm) on a GPU (or meta tensors, judging a key), and fp32
-    only in the precision torch's global tf32 switch selects (allow_tf32 must match it)."""
-    if gemm.scale_a is not None and (gemm.a.device.type not in ("cuda", "meta")
-                                     or is_transposed(gemm.a) or not is_transposed(gemm.b)):
-        return "cublas: fp8 needs torch._scaled_mm's layout (row-major A, column-major B) on CUDA"
+    column-major B with K and N multiples of 16 (torch._scaled_mm) on a GPU (or meta tensors,
+    judging a key), and fp32 only in the precision torch's global tf32 switch selects
+    (allow_tf32 must match it)."""
+    if gemm.scale_a is not None:
+        _, N, K = gemm.mnk
+        if (gemm.a.device.type not in ("cuda", "meta") or is_transposed(gemm.a)
+                or not is_transposed(gemm.b) or K % 16 or N % 16):
+            return ("cublas: fp8 needs torch._scaled_mm's layout (row-major A, column-major "
+                    "B, K and N multiples of 16) on CUDA")
     if (gemm.a.dtype == torch.float32
             and torch.backends.cuda.matmul.allow_tf32 != gemm.allow_tf32):
         return (f"cublas: the call asks allow_tf32={gemm.allow_tf32}, torch's "

@@ -300,3 +300,13 @@ def test_the_cublas_variant_computes_through_torch_with_bias(layout, device):
     MM.launch(gemm, {"variant": "cublas", "pad": 0})
     assert relative_error(gemm.out, reference(gemm)) <= DTYPES["fp32"].tolerance
     assert not MM.replayable({"variant": "cublas", "pad": 0})  # a torch call, not Triton's
+
+
+def test_the_cublas_variant_refuses_fp8_that_torch_scaled_mm_refuses():
+    """torch._scaled_mm takes row-major A times column-major B (the `nt` layout), K and N
+    multiples of 16: any other fp8 call is one the variant cannot run."""
+    cublas = {"variant": "cublas", "pad": 0}
+    assert MM.unsupported(cublas, meta_gemm(Shape(1000, 3008, 2000, "fp8e4m3", "nt"))) is None
+    for n, k, layout in ((3000, 2000, "nt"), (3008, 2008, "nt"), (3008, 2000, "nn")):
+        shape = Shape(1000, n, k, "fp8e4m3", layout)
+        assert "torch._scaled_mm" in MM.unsupported(cublas, meta_gemm(shape))
