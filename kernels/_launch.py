@@ -25,6 +25,14 @@ def tile_count(M: int, N: int, tunables: Mapping[str, int]) -> int:
     return cdiv(M, tunables["BLOCK_M"]) * cdiv(N, tunables["BLOCK_N"])
 
 
+def wrap_keeps_vectors(extent: int) -> bool:
+    """Whether the tile kernels may hint that rows (columns) wrapped past `extent` are
+    contiguous: the hint makes the compiler issue vectors of up to 16 bytes (16 fp8
+    elements), and a vector starting after the wrap point is misaligned unless that point is
+    a multiple of 16. Padded buffers and views give aligned strides with any extent."""
+    return extent % 16 == 0
+
+
 def needs_int64(*tensors: torch.Tensor) -> bool:
     """True if an element offset of any tensor may not fit in int32.
 

@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 from tuner.kernels.base import Gemm, LibraryCalls, Variant
-from tuner.kernels.padding import is_transposed
 
 
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
@@ -50,8 +49,13 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     (allow_tf32 must match it)."""
     if gemm.scale_a is not None:
         _, N, K = gemm.mnk
-        if (gemm.a.device.type not in ("cuda", "meta") or is_transposed(gemm.a)
-                or not is_transposed(gemm.b) or K % 16 or N % 16):
+        a, b = gemm.a, gemm.b
+        # Row-major A and column-major B with leading dimensions of at least K: cuBLASLt
+        # finds no algorithm for a one-row A whose rows are one element apart.
+        row_major_a = a.stride(1) == 1 and a.stride(0) >= K
+        column_major_b = b.stride(0) == 1 and b.stride(1) >= K
+        if (a.device.type not in ("cuda", "meta") or not row_major_a or not column_major_b
+                or K % 16 or N % 16):
             return ("cublas: fp8 needs torch._scaled_mm's layout (row-major A, column-major "
                     "B, K and N multiples of 16) on CUDA")
     if (gemm.a.dtype == torch.float32

@@ -13,7 +13,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from tuner.kernels._launch import cdiv, epilogue_args, needs_int64
+from tuner.kernels._launch import cdiv, epilogue_args, needs_int64, wrap_keeps_vectors
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.mma import TileOperands
@@ -26,6 +26,7 @@ def _gemv_kernel(
     bias_ptr, stride_bias, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask needed
+    HINT_M: tl.constexpr,  # the contiguity hint holds (_launch.wrap_keeps_vectors)
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # as in _epilogue.py, along y
 ):
@@ -35,11 +36,13 @@ def _gemv_kernel(
         stride_xk, stride_ym = tl.cast(stride_xk, tl.int64), tl.cast(stride_ym, tl.int64)
 
     # Rows past M wrap around onto valid ones, so A loads need only the K mask; their sums
-    # land in y rows the store masks off. The hints let a unit-stride M vectorize; they are
-    # exact except on the last block, where the wrapping lanes only feed masked-off rows.
+    # land in y rows the store masks off. The hints let a unit-stride M vectorize; on the
+    # last block the wrapping lanes only feed masked-off rows, and where the hint is given
+    # (HINT_M) the wrap point keeps every vector aligned.
     first_row = tl.program_id(0) * BLOCK_M
     rows = (first_row + tl.arange(0, BLOCK_M)) % M
-    rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
+    if HINT_M:
+        rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
     x_ptrs = x_ptr + ks * stride_xk
@@ -82,6 +85,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     args = (a, x, y, M, K, *a.stride(), x.stride(0), y.stride(0), bias, stride_bias, *scales)
     start(_gemv_kernel, (cdiv(M, tunables["BLOCK_M"]),), args, dict(
         EVEN_K=K % tunables["BLOCK_K"] == 0,
+        HINT_M=wrap_keeps_vectors(M),
         INT64_OFFSETS=needs_int64(a, x, y),
         **epilogue_flags,
         **tunables,  # BLOCK_M/K constexprs; num_stages and num_warps options

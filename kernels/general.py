@@ -18,6 +18,7 @@ from tuner.kernels._launch import (
     epilogue_args,
     needs_int64,
     tile_count,
+    wrap_keeps_vectors,
 )
 from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
@@ -33,6 +34,7 @@ def _matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask needed
+    HINT_M: tl.constexpr, HINT_N: tl.constexpr,  # contiguity hints hold (wrap_keeps_vectors)
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
     DOT_UPCAST: tl.constexpr,  # multiply in fp32 (interpreter workaround, _launch.py)
     INPUT_PRECISION: tl.constexpr,  # "ieee" / "tf32" for fp32 inputs, None (default) else
@@ -48,12 +50,15 @@ def _matmul_kernel(
 
     # Rows past M and columns past N wrap around onto valid ones, so A and B loads need only
     # the K mask; what those lanes compute lands in C rows/columns the store masks off.
-    # The contiguity hints let the compiler vectorize loads along a unit-stride M or N; they
-    # are exact except on the last tile, where the wrapping lanes only feed masked-off output.
+    # The contiguity hints let the compiler vectorize loads along a unit-stride M or N; on the
+    # last tile the wrapping lanes only feed masked-off output, and the wrap point keeps
+    # every vector aligned where the hint is given (HINT_M, HINT_N).
     rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
-    cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_N), BLOCK_N)
+    if HINT_M:
+        rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
+    if HINT_N:
+        cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_N), BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = accumulate_k_steps(acc, a_ptr, b_ptr, rows, cols, K, 0, tl.cdiv(K, BLOCK_K),
                              stride_am, stride_ak, stride_bk, stride_bn,
@@ -75,6 +80,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     args = (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride(), *epilogue)
     start(_matmul_kernel, grid, args, dict(
         EVEN_K=K % tunables["BLOCK_K"] == 0,
+        HINT_M=wrap_keeps_vectors(M), HINT_N=wrap_keeps_vectors(N),
         INT64_OFFSETS=needs_int64(a, b, out),
         **dot_options(gemm), **epilogue_flags,
         **tunables,  # BLOCK_M/N/K and GROUP_M constexprs; num_stages and num_warps options

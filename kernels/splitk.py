@@ -33,6 +33,7 @@ from tuner.kernels._launch import (
     epilogue_args,
     needs_int64,
     tile_count,
+    wrap_keeps_vectors,
 )
 from tuner.kernels._mainloop import accumulate_k_steps
 from tuner.kernels.base import Gemm, Variant
@@ -62,6 +63,7 @@ def _partials_kernel(
     SPLIT_K: tl.constexpr,
     ATOMIC: tl.constexpr,  # add into one [M, N] slice instead of storing into slice `split`
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask needed
+    HINT_M: tl.constexpr, HINT_N: tl.constexpr,  # contiguity hints hold (wrap_keeps_vectors)
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
     DOT_UPCAST: tl.constexpr,  # multiply in fp32 (interpreter workaround, _launch.py)
     INPUT_PRECISION: tl.constexpr,  # "ieee" / "tf32" for fp32 inputs, None (default) else
@@ -84,12 +86,15 @@ def _partials_kernel(
     first_step = split * steps // SPLIT_K
     end_step = (split + 1) * steps // SPLIT_K
 
-    # Rows past M and columns past N wrap onto valid ones (as in general.py): loads need only
-    # the K mask, and what those lanes compute lands in workspace cells the store masks off.
+    # Rows past M and columns past N wrap onto valid ones (as in general.py, hints included):
+    # loads need only the K mask, and what those lanes compute lands in workspace cells the
+    # store masks off.
     rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
-    cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_N), BLOCK_N)
+    if HINT_M:
+        rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
+    if HINT_N:
+        cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_N), BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = accumulate_k_steps(acc, a_ptr, b_ptr, rows, cols, K, first_step, end_step,
                              stride_am, stride_ak, stride_bk, stride_bn,
@@ -158,6 +163,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     start(_partials_kernel, (tiles, tunables["SPLIT_K"]),
           (a, b, workspace, M, N, K, *a.stride(), *b.stride()), dict(
               EVEN_K=K % tunables["BLOCK_K"] == 0,
+              HINT_M=wrap_keeps_vectors(M), HINT_N=wrap_keeps_vectors(N),
               INT64_OFFSETS=int64,
               **dot_options(gemm),
               **tunables,  # BLOCK_M/N/K, SPLIT_K, ATOMIC constexprs; num_stages, num_warps

@@ -9,7 +9,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from tuner.kernels.base import Kernel, Variant, start
+from tuner.kernels.base import Kernel, Variant
+from tuner.kernels.launches import start
 from tuner.mma import pipeline_smem_bytes
 
 

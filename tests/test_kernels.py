@@ -307,6 +307,7 @@ def test_the_cublas_variant_refuses_fp8_that_torch_scaled_mm_refuses():
     multiples of 16: any other fp8 call is one the variant cannot run."""
     cublas = {"variant": "cublas", "pad": 0}
     assert MM.unsupported(cublas, meta_gemm(Shape(1000, 3008, 2000, "fp8e4m3", "nt"))) is None
-    for n, k, layout in ((3000, 2000, "nt"), (3008, 2008, "nt"), (3008, 2000, "nn")):
-        shape = Shape(1000, n, k, "fp8e4m3", layout)
+    for m, n, k, layout in ((1000, 3000, 2000, "nt"), (1000, 3008, 2008, "nt"),
+                            (1000, 3008, 2000, "nn"), (1, 4096, 4096, "tt")):
+        shape = Shape(m, n, k, "fp8e4m3", layout)
         assert "torch._scaled_mm" in MM.unsupported(cublas, meta_gemm(shape))
