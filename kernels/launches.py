@@ -12,7 +12,8 @@ with the new addresses. A TMA descriptor argument is re-issued as a copy of the 
 whose base is the new address: Triton's launcher encodes the hardware descriptor from it.
 
 Where Triton 3.6's launcher is called directly, a descriptor is encoded once per address and
-handed to its C launch function as it is (see _Launch).
+handed to its C launch function as it is (see _Launch), and a call's launches run as one
+generated function (`Replay.issue`, _issuing_function).
 
 Every argument must be a view of one of the call's operands, a buffer the replay may keep (a
 workspace: padded operands, split-K partials), or a plain value; `Variant.replayable` says
