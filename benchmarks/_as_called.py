@@ -1,5 +1,6 @@
 """What the benchmarks that time a user's call share: the call as written, for torch and for
-the tuner, and the back-to-back loop that measures its host and wall time."""
+the tuner, and the back-to-back loop and eager runs that measure it, contenders taking turns
+(tuner.timing.rotating_order, as device samples do)."""
 from __future__ import annotations
 
 import statistics
@@ -7,6 +8,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from tuner.timing import rotating_order
 
 
 def user_calls(layout: str, scaled: bool):
@@ -23,21 +26,13 @@ def user_calls(layout: str, scaled: bool):
     return lambda g: torch.matmul(g.a, g.b), lambda g: tuner.matmul(g.a, g.b)
 
 
-def _rotations(count: int, rounds: int):
-    """Indices 0..count-1, `rounds` times, each round starting one further along: timing
-    contenders round by round, so that drift of the host or the GPU hits them alike."""
-    for first in range(rounds):
-        for offset in range(count):
-            yield (first + offset) % count
-
-
 def loops_us(fns, calls: int, repeats: int) -> list[tuple[float, float]]:
     """Per fn, the median over repeats of (host µs to issue one call, wall µs per call) of
     `calls` back-to-back calls after a synchronize, the fns interleaved repeat by repeat. Few
     enough calls that the launch queue never fills keeps the first figure the host's alone."""
     host: list[list[float]] = [[] for _ in fns]
     wall: list[list[float]] = [[] for _ in fns]
-    for i in _rotations(len(fns), repeats):
+    for i in rotating_order(len(fns), repeats):
         fn = fns[i]
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -56,6 +51,6 @@ def eagers_us(fns, rounds: int, rep_ms: float) -> list[float]:
     calls) of the call as written, the fns interleaved round by round."""
     from triton.testing import do_bench
     samples: list[list[float]] = [[] for _ in fns]
-    for i in _rotations(len(fns), rounds):
+    for i in rotating_order(len(fns), rounds):
         samples[i].append(do_bench(fns[i], warmup=5, rep=rep_ms, return_mode="median") * 1e3)
     return [statistics.median(s) for s in samples]

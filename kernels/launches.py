@@ -207,7 +207,7 @@ def _issuing_function(replay: Replay) -> Callable | None:
     pays on every launch; here each argument is an expression in place. Hooks installed
     later (a profiler) send the call down the general path, which serves them.
     """
-    if not replay.launches or any(launch.direct is None for launch in replay.launches):
+    if not replay.launches or any(launch.flat is None for launch in replay.launches):
         return None
     names: dict[str, object] = {"raw_stream": _raw_stream or (lambda device: None),
                                 "device": replay.device, "hooks": knobs.runtime,
@@ -221,15 +221,8 @@ def _issuing_function(replay: Replay) -> Callable | None:
 
     calls = []
     for i, launch in enumerate(replay.launches):
-        if launch.flat is None:
-            if any(rebased is not None for *_, rebased in launch.slots):
-                return None  # descriptors, but no encoder to call directly
-            arguments = launch.fixed
-            slots = {position: (operand, offset, None, 1, None)
-                     for position, operand, offset, _ in launch.slots}
-        else:
-            arguments = launch.flat
-            slots = {slot[0]: slot[1:] for slot in launch.flat_slots}
+        arguments = launch.flat
+        slots = {slot[0]: slot[1:] for slot in launch.flat_slots}
         names[f"launch{i}"] = launch.direct
         expressions = [*map(str, launch.grid), "stream",
                        named(launch.compiled.function, f"function{i}"),
@@ -273,7 +266,7 @@ class _Launch:
     index, byte offset, and a _Rebased for a descriptor, else None) saying what to write there
     per call. Where the C launcher can be called directly (`direct`, after its leading
     `options`), `flat` and `flat_slots` are the same arguments as it takes them (descriptors
-    expanded, see _encoded_arguments), or None where the launcher takes `fixed` as it is."""
+    expanded, see _encoded_arguments); both are None where it cannot."""
     __slots__ = ("run", "compiled", "grid", "fixed", "slots", "direct", "options", "expand",
                  "flat", "flat_slots")
 
@@ -285,10 +278,18 @@ class _Launch:
             self.run.launch_cooperative_grid, self.run.launch_pdl, None, None,
             compiled.packed_metadata, None, None, None)  # scratch, metadata, hooks
         self.expand = self.flat = self.flat_slots = None
-        encoder = None if self.direct is None else _descriptor_launcher(self.direct)
+        if self.direct is None:
+            return
+        encoder = _descriptor_launcher(self.direct)
         if encoder is not None:
             self.direct, self.expand, meta = encoder
-            self.flat, self.flat_slots = _encoded_arguments(fixed, slots, self.expand, meta)
+        elif (any(rebased is not None for *_, rebased in slots)
+              or any(isinstance(arg, TensorDescriptor) for arg in fixed)):
+            self.direct = None  # descriptors, but no expansion of Triton's to encode them
+            return
+        else:
+            meta = {}  # a launcher without descriptors takes the arguments as they are
+        self.flat, self.flat_slots = _encoded_arguments(fixed, slots, self.expand, meta)
 
     def arguments(self, operands: Sequence[torch.Tensor | None]) -> list:
         """The runner's arguments for these operands."""

@@ -31,7 +31,7 @@ import math
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -324,12 +324,19 @@ def retime_interleaved(launches: list[Callable[[int], None]], n_sets: int, *, ro
     return _interleaved(samplers, rounds)
 
 
-def _interleaved(samplers: Sequence[_Sampler], rounds: int) -> list[Timing]:
-    """Every sampler sampled once per round, rounds times. Rotating the order (round r starts
-    at sampler r) keeps any config from always running right after the same neighbour."""
+def rotating_order(count: int, rounds: int) -> Iterator[int]:
+    """Indices 0..count-1, once per round, rounds times, round r starting at index r: side by
+    side timing, where drift hits every contender alike and none always runs right after
+    the same neighbour."""
     for first in range(rounds):
-        for offset in range(len(samplers)):
-            samplers[(first + offset) % len(samplers)].take()
+        for offset in range(count):
+            yield (first + offset) % count
+
+
+def _interleaved(samplers: Sequence[_Sampler], rounds: int) -> list[Timing]:
+    """Every sampler sampled once per round, rounds times, in rotating order."""
+    for i in rotating_order(len(samplers), rounds):
+        samplers[i].take()
     interleaving = f", one of {len(samplers)} configs interleaved over {rounds} rounds"
     return [replace(t, method=t.method + interleaving) for t in (s.timing() for s in samplers)]
 
