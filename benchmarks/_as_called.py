@@ -13,17 +13,28 @@ from tuner.timing import rotating_order
 
 
 def user_calls(layout: str, scaled: bool):
-    """(cuBLAS, tuner): a user's call on one Gemm's operands, returning a new product:
-    torch._scaled_mm / tuner.matmul with scales for fp8, F.linear / tuner.linear for the `nt`
-    layout (b = W^T of a row-major weight W), torch.matmul / tuner.matmul otherwise."""
+    """(operands, torch op, tuner op): a user's call on one Gemm's operands is
+    op(*operands(g)), returning a new product: torch._scaled_mm / tuner.matmul with scales for
+    fp8, F.linear / tuner.linear for the `nt` layout (b = W^T of a row-major weight W),
+    torch.matmul / tuner.matmul otherwise. The ops take tensors alone, so torch.compile can
+    compile the torch one."""
     import tuner
     if scaled:
-        return (lambda g: torch._scaled_mm(g.a, g.b, g.scale_a, g.scale_b,
-                                           out_dtype=g.out.dtype),
-                lambda g: tuner.matmul(g.a, g.b, scale_a=g.scale_a, scale_b=g.scale_b))
+        return (lambda g: (g.a, g.b, g.scale_a, g.scale_b),
+                lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+                lambda a, b, sa, sb: tuner.matmul(a, b, scale_a=sa, scale_b=sb))
     if layout == "nt":
-        return lambda g: F.linear(g.a, g.b.t()), lambda g: tuner.linear(g.a, g.b.t())
-    return lambda g: torch.matmul(g.a, g.b), lambda g: tuner.matmul(g.a, g.b)
+        weights: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+        def operands(g) -> tuple[torch.Tensor, torch.Tensor]:
+            """x and W (g's b = W^T) as a model holds W: one tensor (not a view made for
+            the call) passed on every call, made once per operand set."""
+            b, w = weights.get(id(g.b), (None, None))
+            if b is not g.b:
+                b, w = weights[id(g.b)] = g.b, g.b.t().detach()
+            return g.a, w
+        return operands, F.linear, tuner.linear
+    return lambda g: (g.a, g.b), torch.matmul, tuner.matmul
 
 
 def loops_us(fns, calls: int, repeats: int) -> list[tuple[float, float]]:

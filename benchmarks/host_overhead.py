@@ -28,7 +28,6 @@ import time
 from datetime import datetime, timezone
 
 import torch
-import torch.nn.functional as F
 import triton
 import yaml
 from _as_called import loops_us, user_calls
@@ -44,7 +43,7 @@ BIG_TILE = {**TILE, "BLOCK_M": 128, "BLOCK_N": 256, "num_stages": 3, "num_warps"
 SPLITK = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 8, "num_stages": 4,
           "num_warps": 4}
 PERSISTENT = {"WARP_SPECIALIZE": 0, "FLATTEN": 0, "EPILOGUE_SUBTILE": 0}
-# (config, shape): every variant, both split-K reductions, padded configs, and fp8.
+# (config, shape): every variant, padded configs, and fp8.
 ROWS = [
     ({"variant": "gemv", "pad": 0, "BLOCK_M": 4, "BLOCK_K": 512, "num_stages": 2,
       "num_warps": 4}, Shape(1, 4096, 4096, "bf16", "nt")),
@@ -52,8 +51,7 @@ ROWS = [
     ({"variant": "tma", "pad": 0, **TILE}, Shape(300, 3072, 768, "fp16", "nt")),
     ({"variant": "persistent", "pad": 0, **BIG_TILE, **PERSISTENT},
      Shape(512, 4096, 4096, "bf16", "nt")),
-    ({"variant": "splitk", "pad": 0, **SPLITK, "ATOMIC": 0}, Shape(16, 4096, 4096, "bf16", "nn")),
-    ({"variant": "splitk", "pad": 0, **SPLITK, "ATOMIC": 1}, Shape(16, 4096, 4096, "bf16", "nn")),
+    ({"variant": "splitk", "pad": 0, **SPLITK}, Shape(16, 4096, 4096, "bf16", "nn")),
     ({"variant": "general", "pad": 64, **TILE}, Shape(509, 765, 1023, "bf16", "nn")),
     ({"variant": "tma", "pad": 64, **TILE}, Shape(509, 765, 1023, "bf16", "nn")),
     ({"variant": "tma", "pad": 0, **TILE}, Shape(64, 4096, 4096, "fp8e4m3", "nt")),
@@ -63,16 +61,11 @@ ROWS = [
 
 def calls(shape: Shape):
     """(torch call, tuner call, the Gemm whose operands both use) for one shape: the user's
-    call as written, with the weight of an `nt` call taken once, as a layer holds it."""
-    import tuner
+    call as written (_as_called.user_calls)."""
     g = random_gemm(shape, "cuda", seed=5)
-    if g.scale_a is not None:
-        torch_call, tuner_call = user_calls(shape.layout, scaled=True)
-        return lambda: torch_call(g), lambda: tuner_call(g), g
-    if shape.layout == "nt":
-        weight = g.b.t()
-        return lambda: F.linear(g.a, weight), lambda: tuner.linear(g.a, weight), g
-    return lambda: torch.matmul(g.a, g.b), lambda: tuner.matmul(g.a, g.b), g
+    operands, torch_op, tuner_op = user_calls(shape.layout, scaled=g.scale_a is not None)
+    args = operands(g)
+    return lambda: torch_op(*args), lambda: tuner_op(*args), g
 
 
 def table_for(config: dict, shape: Shape, g) -> dict:

@@ -85,20 +85,21 @@ class Inductor:
     def __init__(self, budget_s: float):
         self.left_s = budget_s
 
-    def compiled(self, cublas, gemm):
-        """cublas(gemm) compiled, tried on `gemm` once; None past the budget or on failure."""
+    def compiled(self, operands, torch_op, gemm):
+        """torch_op compiled, as a call on a Gemm (torch_op(*operands(g))), tried on `gemm`
+        once; None past the budget or on failure."""
         if self.left_s <= 0:
             return None
         torch._dynamo.reset()  # one shape per compile: no recompile limits, no reuse
-        fn = torch.compile(cublas, mode="max-autotune-no-cudagraphs", fullgraph=True)
+        op = torch.compile(torch_op, mode="max-autotune-no-cudagraphs", fullgraph=True)
         start = time.perf_counter()
         try:
-            fn(gemm)
+            op(*operands(gemm))
         except Exception as e:  # noqa: BLE001 - a compiler failure is a table entry
             print(f"<!-- inductor failed: {type(e).__name__}: {e} -->", file=sys.stderr)
-            fn = None
+            op = None
         self.left_s -= time.perf_counter() - start
-        return fn
+        return None if op is None else lambda g: op(*operands(g))
 
 
 def measure(contenders: dict, check, ref, dtype: str, args) -> dict:
@@ -124,14 +125,15 @@ def compare(shape: Shape, seed: int, args, inductor: Inductor) -> dict:
     sets = timing_sets(shape, "cuda", seed)
     check = random_gemm(shape, "cuda", seed - 1)
     ref = reference(check)
-    cublas, tuned = user_calls(shape.layout, check.scale_a is not None)
+    operands, torch_op, tuner_op = user_calls(shape.layout, check.scale_a is not None)
+    cublas, tuned = (lambda g: torch_op(*operands(g))), (lambda g: tuner_op(*operands(g)))
     start = time.perf_counter()
     tuned(check)
     torch.cuda.synchronize()
     first_call_s = time.perf_counter() - start
     triton_call, triton_config = best_triton_call(shape, check)
     contenders = {"cublas": cublas, "tuner": tuned, "triton": triton_call}
-    compiled = inductor.compiled(cublas, check)
+    compiled = inductor.compiled(operands, torch_op, check)
     if compiled is not None:
         contenders["inductor"] = compiled
     row = measure(contenders, check, ref, shape.dtype, args)

@@ -19,12 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
 from tuner.mma import TileOperands
 from tuner.space import KERNEL_PARAMS, SearchSpace
+
+if TYPE_CHECKING:
+    from tuner.kernels.launches import Repeated
 
 Config = Mapping[str, "int | str"]
 SPECIALIZED_FIELDS = ("M", "N", "K", "stride_am", "stride_bk")
@@ -37,7 +41,7 @@ MAX_REGS_PER_THREAD = 255
 MIN_DOT_TILE = 16
 
 _SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
-                "num_stages": "s", "num_warps": "w", "SPLIT_K": "SK", "ATOMIC": "atomic",
+                "num_stages": "s", "num_warps": "w", "SPLIT_K": "SK",
                 "WARP_SPECIALIZE": "ws", "EPILOGUE_SUBTILE": "subtile", "FLATTEN": "flat"}
 
 
@@ -102,16 +106,6 @@ class Gemm:
 
 
 @dataclass(frozen=True)
-class LibraryCalls:
-    """The public torch functions a library variant (cuBLAS) answers a repeated user call
-    with, skipping any output allocation or argument handling of ours:
-    linear(x, weight, bias) and matmul(a, b, out, scale_a, scale_b), each returning the
-    result."""
-    linear: Callable
-    matmul: Callable
-
-
-@dataclass(frozen=True)
 class Variant:
     """One way of computing a `Gemm`: a Triton kernel (or two) and the code that launches it."""
     name: str
@@ -135,8 +129,9 @@ class Variant:
         default=lambda tunables: True, repr=False)
     # Whether padding the operands can help it (False for a library call).
     takes_pad: bool = True
-    # For a library variant: the torch functions repeated calls go to (see LibraryCalls).
-    library_calls: LibraryCalls | None = field(default=None, repr=False)
+    # For a library variant: makes what serves one signature's repeated user calls (a
+    # kernels.launches.Repeated calling the library, with no output allocation of ours).
+    library_calls: Callable[[], Repeated] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

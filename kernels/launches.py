@@ -398,14 +398,6 @@ class _ReplayedCall(Repeated):
         return out
 
 
-class _LibraryCall(Repeated):
-    """A library variant's call: the torch function itself (kernels.base.LibraryCalls)."""
-
-    def __init__(self, calls):
-        self.linear = calls.linear
-        self.matmul = calls.matmul
-
-
 class Prepared:
     """One call key's way to compute a Gemm: its replay, or `kernel.launch` where the config's
     launches cannot be replayed (a library call, the interpreter)."""
@@ -424,7 +416,7 @@ class Prepared:
         own torch call, the replay into a new output, or None (nothing to replay)."""
         library = self.kernel.variant[self.config["variant"]].library_calls
         if library is not None:
-            return _LibraryCall(library)
+            return library()
         return None if self.replay is None else _ReplayedCall(self.replay, out)
 
     def as_repeated(self, gemm: Gemm) -> Callable[[Gemm], torch.Tensor]:

@@ -2,20 +2,18 @@
 
 A GEMM with a small M×N and a large K (16×4096×4096, 1000×3000×2000) has too few output
 tiles to fill the GPU: each tile is one long walk along K, and most SMs sit idle. Split-K
-runs SPLIT_K programs per tile, each over one contiguous slice of K, and adds up their fp32
-partial products afterwards. Two reductions compete (the searched ATOMIC parameter):
+runs SPLIT_K programs per tile, each over one contiguous slice of K, and each stores its fp32
+partial tile in its own slice of a [SPLIT_K, M, N] workspace. The tile's last split to arrive
+(a per-tile arrival counter, put back to zero) sums the slices in a fixed order, so results
+are deterministic, applies the epilogue (fp8 scales, bias) once, and casts into C with any
+strides. A call is one launch, as cheap to issue as any tile kernel's: decode-sized split-K
+calls are host-bound.
 
-- ATOMIC=0: each split stores its partial tile in its own slice of an fp32 [SPLIT_K, M, N]
-  workspace; a finishing kernel sums the slices in a fixed order (deterministic results).
-- ATOMIC=1: every split atomically adds into one fp32 [M, N] workspace; the finishing kernel
-  reads that one slice and writes zeros back, so the workspace is zero again for the next
-  call with no memset launch of its own (a call is Triton launches alone, and replays). Less
-  workspace traffic, but a summation order that varies from run to run.
-
-Either way the finishing kernel applies the epilogue (fp8 scales, bias) and casts into C with
-any strides. There is no GROUP_M: split-K pays off when the output tiles are few, so they all
-run at once and the order they start in gives L2 nothing to reuse; it would only quadruple
-the search.
+Atomic adds into one shared slice would save workspace traffic, but on an H100 (triton 3.6)
+their sums read wrong now and then, even from a separate kernel, so none are used. There is
+no GROUP_M: split-K pays off
+when the output tiles are few, so they all run at once and the order they start in gives L2
+nothing to reuse; it would only quadruple the search.
 """
 from __future__ import annotations
 
@@ -44,41 +42,34 @@ from tuner.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 # tl.dot needs every block dimension >= 16, so no config has a BLOCK_K below this.
 MIN_BLOCK_K = 16
 
-# The finishing kernel's tile and warps are fixed, not searched. It is a memory-bound
-# elementwise pass (read PARTIALS×M×N fp32, write M×N once) with no data reuse to tile for:
-# a 16×128 tile reads 512 contiguous bytes per workspace row, enough for fully coalesced
-# loads, and fits the few-row M that split-K serves without idle rows. Searching it would
-# multiply the space for a pass that is a small part of the time; fixed, one finishing
-# binary per call specialization serves every tile config.
-FINISH_BLOCK_M = 16
-FINISH_BLOCK_N = 128
-FINISH_WARPS = 4
-
-
 @triton.jit
-def _partials_kernel(
-    a_ptr, b_ptr, ws_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn,
+def _splitk_kernel(
+    a_ptr, b_ptr, ws_ptr, arrivals_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    bias_ptr, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
-    ATOMIC: tl.constexpr,  # add into one [M, N] slice instead of storing into slice `split`
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask needed
     HINT_M: tl.constexpr, HINT_N: tl.constexpr,  # contiguity hints hold (wrap_keeps_vectors)
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
     DOT_UPCAST: tl.constexpr,  # multiply in fp32 (interpreter workaround, _launch.py)
     INPUT_PRECISION: tl.constexpr,  # "ieee" / "tf32" for fp32 inputs, None (default) else
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # epilogue (_epilogue.py)
 ):
-    """Program (tile, split): the tile's fp32 product over the split's slice of K."""
-    stride_wm = N  # the workspace is contiguous: [partials * M, N]
+    """Program (tile, split): the tile's fp32 product over the split's slice of K into the
+    workspace; the tile's last split to arrive then writes the tile of C."""
+    stride_wm = N  # the workspace is contiguous: [SPLIT_K * M, N]
     if INT64_OFFSETS:
         # Every offset below is index * stride, so wide strides make all of them int64.
         stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
         stride_bk, stride_bn = tl.cast(stride_bk, tl.int64), tl.cast(stride_bn, tl.int64)
+        stride_cm, stride_cn = tl.cast(stride_cm, tl.int64), tl.cast(stride_cn, tl.int64)
         stride_wm = tl.cast(stride_wm, tl.int64)
 
+    tile = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    tile_m = tl.program_id(0) // tiles_n
-    tile_n = tl.program_id(0) % tiles_n
+    tile_m = tile // tiles_n
+    tile_n = tile % tiles_n
     split = tl.program_id(1)
     # Balanced contiguous slices: split s takes steps [s*steps//SPLIT_K, (s+1)*steps//SPLIT_K),
     # so slices differ by at most one step and none is empty while SPLIT_K <= steps.
@@ -103,78 +94,52 @@ def _partials_kernel(
     out_rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     out_cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     in_bounds = (out_rows[:, None] < M) & (out_cols[None, :] < N)
-    if ATOMIC:
-        ws_ptrs = ws_ptr + out_rows[:, None] * stride_wm + out_cols[None, :]
-        # Relaxed: nothing reads the sums before the finishing kernel, which the stream orders.
-        tl.atomic_add(ws_ptrs, acc, mask=in_bounds, sem="relaxed")
-    else:
-        ws_ptrs = ws_ptr + (split * M + out_rows)[:, None] * stride_wm + out_cols[None, :]
-        tl.store(ws_ptrs, acc, mask=in_bounds)
+    ws_ptrs = ws_ptr + out_rows[:, None] * stride_wm + out_cols[None, :]
+    tl.store(ws_ptrs + split * M * stride_wm, acc, mask=in_bounds)
+    # Every thread's slice is in memory before the program's arrival counts (the barrier,
+    # then the counter's release), and the last program reads the slices after its acquire:
+    # the pattern of CUDA's split-K semaphores. Its loads bypass L1, as other SMs wrote them.
+    tl.debug_barrier()
+    if tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel") == SPLIT_K - 1:
+        tl.store(arrivals_ptr + tile, 0)
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for _ in range(SPLIT_K):  # in split order: the same sum on every run
+            total += tl.load(ws_ptrs, mask=in_bounds, other=0.0, cache_modifier=".cg")
+            ws_ptrs += M * stride_wm
+        total = apply_epilogue(total, out_cols, N, bias_ptr, scale_a_ptr, scale_b_ptr,
+                               HAS_BIAS, SCALED)
+        c_ptrs = c_ptr + out_rows[:, None] * stride_cm + out_cols[None, :] * stride_cn
+        tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=in_bounds)
 
 
-@triton.jit
-def _finish_kernel(
-    ws_ptr, c_ptr, M, N, partials, stride_cm, stride_cn,
-    bias_ptr, scale_a_ptr, scale_b_ptr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
-    RESET: tl.constexpr,  # zero the workspace after reading it (the atomic sums)
-    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # epilogue (_epilogue.py)
-):
-    """C tile = epilogue(sum of the tile's `partials` workspace slices), cast to C's dtype."""
-    stride_wm = N  # the workspace is contiguous: [partials * M, N]
-    if INT64_OFFSETS:
-        stride_wm = tl.cast(stride_wm, tl.int64)
-        stride_cm, stride_cn = tl.cast(stride_cm, tl.int64), tl.cast(stride_cn, tl.int64)
-
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    rows = (tl.program_id(0) // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = (tl.program_id(0) % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-    in_bounds = (rows[:, None] < M) & (cols[None, :] < N)
-    ws_ptrs = ws_ptr + rows[:, None] * stride_wm + cols[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for _ in range(partials):
-        acc += tl.load(ws_ptrs, mask=in_bounds, other=0.0)
-        if RESET:
-            tl.store(ws_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), mask=in_bounds)
-        ws_ptrs += M * stride_wm
-    acc = apply_epilogue(acc, cols, N, bias_ptr, scale_a_ptr, scale_b_ptr, HAS_BIAS, SCALED)
-    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=in_bounds)
-
-
-def _workspace(gemm: Gemm, split_k: int, atomic: bool) -> torch.Tensor:
-    """The fp32 [partials, M, N] workspace: one slice per split, or the one slice all splits
-    add into, which starts as zeros and which every finishing kernel leaves as zeros."""
+def _workspace(gemm: Gemm, split_k: int) -> torch.Tensor:
+    """The fp32 [SPLIT_K, M, N] workspace, one slice per split."""
     M, N, K = gemm.mnk
-    role = "splitk-atomic" if atomic else "splitk-partials"
-    return WORKSPACE.get((role, M, N, K), (1 if atomic else split_k, M, N), torch.float32,
+    return WORKSPACE.get(("splitk-partials", M, N, K), (split_k, M, N), torch.float32,
+                         gemm.out.device)
+
+
+def _arrivals(gemm: Gemm, tiles: int) -> torch.Tensor:
+    """The per-tile count of splits done: zeros, and left as zeros by every call."""
+    return WORKSPACE.get(("splitk-arrivals", *gemm.mnk), (tiles,), torch.int32,
                          gemm.out.device)
 
 
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
-    """Partial products into the workspace, then the finishing kernel into gemm.out."""
+    """Partial products into the workspace, summed into gemm.out by each tile's last split."""
     a, b, out = gemm.a, gemm.b, gemm.out
     M, N, K = gemm.mnk
-    workspace = _workspace(gemm, tunables["SPLIT_K"], bool(tunables["ATOMIC"]))
-    int64 = needs_int64(a, b, out, workspace)
-
+    workspace = _workspace(gemm, tunables["SPLIT_K"])
     tiles = tile_count(M, N, tunables)
-    start(_partials_kernel, (tiles, tunables["SPLIT_K"]),
-          (a, b, workspace, M, N, K, *a.stride(), *b.stride()), dict(
+    epilogue, epilogue_flags = epilogue_args(gemm)
+    start(_splitk_kernel, (tiles, tunables["SPLIT_K"]),
+          (a, b, workspace, _arrivals(gemm, tiles), out, M, N, K, *a.stride(), *b.stride(),
+           *out.stride(), *epilogue), dict(
               EVEN_K=K % tunables["BLOCK_K"] == 0,
               HINT_M=wrap_keeps_vectors(M), HINT_N=wrap_keeps_vectors(N),
-              INT64_OFFSETS=int64,
-              **dot_options(gemm),
-              **tunables,  # BLOCK_M/N/K, SPLIT_K, ATOMIC constexprs; num_stages, num_warps
-          ), compile_only)
-
-    epilogue, epilogue_flags = epilogue_args(gemm)
-    finish_tiles = cdiv(M, FINISH_BLOCK_M) * cdiv(N, FINISH_BLOCK_N)
-    start(_finish_kernel, (finish_tiles,),
-          (workspace, out, M, N, workspace.shape[0], *out.stride(), *epilogue), dict(
-              BLOCK_M=FINISH_BLOCK_M, BLOCK_N=FINISH_BLOCK_N, num_warps=FINISH_WARPS,
-              INT64_OFFSETS=int64, RESET=bool(tunables["ATOMIC"]), **epilogue_flags,
+              INT64_OFFSETS=needs_int64(a, b, out, workspace),
+              **dot_options(gemm), **epilogue_flags,
+              **tunables,  # BLOCK_M/N/K, SPLIT_K constexprs; num_stages, num_warps
           ), compile_only)
 
 
@@ -213,7 +178,7 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
 
 SPLITK = Variant(
     name="splitk",
-    params=("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ATOMIC", "num_stages", "num_warps"),
+    params=("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps"),
     launch=launch,
     smem_bytes=smem_bytes,
     source_path=Path(__file__),

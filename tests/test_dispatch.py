@@ -3,6 +3,7 @@ fallback, autograd through the dispatcher, and torch.compile tracing the operato
 
 On a CPU-only machine the kernels run in Triton's interpreter, so shapes stay small.
 """
+import gc
 import re
 import warnings
 
@@ -16,6 +17,7 @@ from tuner.dtypes import DTYPES
 from tuner.execution import random_operands, relative_error
 from tuner.export import write_atomic
 from tuner.kernels import launches
+from tuner.kernels.cublas import TorchCalls
 from tuner.shapes import LAYOUTS, Shape
 
 
@@ -36,7 +38,7 @@ def no_table(monkeypatch):
 
 def test_an_untuned_key_goes_to_torch_and_repeats_call_it_directly(monkeypatch):
     """With no table, the runtime answers cuBLAS: the first call runs the cublas variant,
-    repeated calls go straight to F.linear / torch.matmul."""
+    repeated calls go straight to torch's operators (kernels.cublas.TorchCalls)."""
     monkeypatch.undo()  # the real runtime answer, not the Triton-only one of `no_table`
     dispatch.clear_cache()
     x, weight, bias = torch.randn(3, 5, 16), torch.randn(8, 16), torch.randn(8)
@@ -47,7 +49,36 @@ def test_an_untuned_key_goes_to_torch_and_repeats_call_it_directly(monkeypatch):
         torch.testing.assert_close(tuner.matmul(a, b), a @ b)
     assert [c.config["variant"] for c in dispatch._CALLS.values()] == ["cublas", "cublas"]
     (linear,) = dispatch._LINEAR_REPEATS.values()
-    assert linear.linear is F.linear
+    assert isinstance(linear, TorchCalls)
+
+
+def test_cublas_repeats_keep_each_weights_transposed_view_only_while_it_is_right():
+    """A 2-D linear's weight^T view is made once per weight and reused; it follows in-place
+    updates, is remade when the weight's storage is swapped, goes with the weight, and is
+    never kept for a weight that is a view or an x of more dimensions."""
+    calls = TorchCalls()
+    x, bias = torch.randn(4, 16), torch.randn(8)
+    weight = torch.randn(8, 16)
+    for b in (None, bias):
+        torch.testing.assert_close(calls.linear(x, weight, b), F.linear(x, weight, b))
+    (entry,) = calls._transposed.values()
+    weight.mul_(2)  # in place: the kept view sees it
+    torch.testing.assert_close(calls.linear(x, weight, None), F.linear(x, weight))
+    assert calls._transposed[id(weight)] is entry
+    weight.data = torch.randn(8, 16)  # new storage: a new view
+    torch.testing.assert_close(calls.linear(x, weight, bias), F.linear(x, weight, bias))
+    assert calls._transposed[id(weight)] is not entry
+    del weight
+    gc.collect()
+    assert not calls._transposed
+
+    rows = torch.randn(16, 16)
+    torch.testing.assert_close(calls.linear(x, rows[:8], None), F.linear(x, rows[:8]))
+    x3, weight = torch.randn(2, 4, 16), torch.randn(8, 16)
+    torch.testing.assert_close(calls.linear(x3, weight, bias), F.linear(x3, weight, bias))
+    assert not calls._transposed
+    a, b = torch.randn(4, 16), torch.randn(16, 6)
+    torch.testing.assert_close(calls.matmul(a, b, None, None, None), a @ b)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -159,7 +190,7 @@ def test_a_tuned_config_that_cannot_run_falls_back_to_cublas(tmp_path, monkeypat
             "key": {"M": 2, "N": 24, "K": 32, "stride_am": 32, "stride_bk": 24,
                     "dtype": "fp32"},
             "config": {"variant": "splitk", "pad": 0, "BLOCK_M": 16, "BLOCK_N": 16,
-                       "BLOCK_K": 16, "SPLIT_K": 8, "ATOMIC": 0, "num_stages": 2,
+                       "BLOCK_K": 16, "SPLIT_K": 8, "num_stages": 2,
                        "num_warps": 4}}]}}})
     monkeypatch.setenv("TUNE_CONFIG", str(table))
     a, b = torch.randn(2, 32, device=device), torch.randn(32, 24, device=device)

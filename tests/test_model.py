@@ -40,15 +40,15 @@ def _space(kernel: str, **params) -> object:
 
 # Every variant and feature of the builtin spaces with fewer values (~900 mm configs): each
 # branch of the model and of feasibility (mma.sync and wgmma tiles, spills, warp
-# specialization, pads, atomics), fast enough for property tests that check every config.
+# specialization, pads), fast enough for property tests that check every config.
 SMALL_SPACES = {
     "mm": _space("mm", variant=["general", "tma", "persistent", "splitk"], pad=[0, 8],
                  BLOCK_M=[16, 128], BLOCK_N=[16, 256], BLOCK_K=[32, 256], GROUP_M=[8],
-                 num_stages=[2, 5], num_warps=[4, 8], SPLIT_K=[2, 32], ATOMIC=[0, 1],
+                 num_stages=[2, 5], num_warps=[4, 8], SPLIT_K=[2, 32],
                  WARP_SPECIALIZE=[0, 1], FLATTEN=[0, 1], EPILOGUE_SUBTILE=[0, 1]),
     "gemv": _space("gemv", variant=["gemv", "general", "splitk"], pad=[0],
                    BLOCK_M=[16, 256], BLOCK_N=[16, 128], BLOCK_K=[32, 256], GROUP_M=[1],
-                   num_stages=[1, 4], num_warps=[2, 8], SPLIT_K=[2, 32], ATOMIC=[0, 1]),
+                   num_stages=[1, 4], num_warps=[2, 8], SPLIT_K=[2, 32]),
 }
 
 
@@ -117,7 +117,7 @@ TILE = dict(pad=0, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3
             num_warps=8)
 PERSISTENT = dict(TILE, variant="persistent", WARP_SPECIALIZE=0, FLATTEN=1, EPILOGUE_SUBTILE=0)
 SPLITK = {**{k: v for k, v in TILE.items() if k != "GROUP_M"}, "variant": "splitk",
-          "SPLIT_K": 2, "ATOMIC": 0}
+          "SPLIT_K": 2}
 
 
 def test_a_variant_the_model_does_not_know_is_refused():

@@ -37,7 +37,7 @@ SPACE = parse_space({
     "kernel": "mm",
     "params": {"variant": ["general", "splitk"], "pad": [0], "BLOCK_M": [16, 32, 64, 128],
                "BLOCK_N": [32, 64, 128], "BLOCK_K": [32, 64], "GROUP_M": [8],
-               "num_stages": [2, 3], "num_warps": [4, 8], "SPLIT_K": [2, 4], "ATOMIC": [0]},
+               "num_stages": [2, 3], "num_warps": [4, 8], "SPLIT_K": [2, 4]},
     "strategy": {f: "default" for f in ("M", "N", "K", "stride_am", "stride_bk", "dtype")}},
     "test", {"mm": KERNELS["mm"].variant_params})
 

@@ -30,7 +30,7 @@ GENERAL = {"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOC
 SMALL_M = {"variant": "general", "pad": 0, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128,
            "GROUP_M": 1, "num_stages": 5, "num_warps": 4}
 SPLITK = {"variant": "splitk", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128,
-          "SPLIT_K": 4, "ATOMIC": 0, "num_stages": 3, "num_warps": 4}
+          "SPLIT_K": 4, "num_stages": 3, "num_warps": 4}
 
 
 def key(M, N=4096, K=4096, dtype="bf16"):
@@ -190,7 +190,7 @@ def test_the_model_re_splits_a_split_k_neighbour_for_a_longer_k(tmp_path):
     model wants more slices, as measured on an H200
     (benchmarks/results/h200-issue6/validate-extra-*-resplit.md)."""
     two_slices = {"variant": "splitk", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
-                  "SPLIT_K": 2, "ATOMIC": 0, "num_stages": 4, "num_warps": 4}
+                  "SPLIT_K": 2, "num_stages": 4, "num_warps": 4}
     path = write_table(tmp_path / "t.yaml", [(key(96, N=3584, K=4096), two_slices)])
     config = lookup(path, **key(96, N=3584, K=18944))
     assert config.source == "nearest" and config["SPLIT_K"] > 2

@@ -2,8 +2,7 @@
 
 On a CPU-only machine the kernels run in Triton's interpreter (tests/conftest.py): shapes stay
 under 100 per dimension and blocks at 16..32. Outputs are poisoned with NaN before each
-launch, so an element the finishing kernel never writes fails. Both reductions (ATOMIC 0: a
-workspace slice per split, 1: atomic adds into one slice) run in every correctness test.
+launch, so an element the last split never writes fails.
 """
 import dataclasses
 
@@ -19,9 +18,8 @@ from tuner.kernels.splitk import SPLITK, unsupported
 from tuner.kernels.workspace import Workspace
 from tuner.shapes import LAYOUTS, Shape
 
-CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "SPLIT_K": 4, "ATOMIC": 0,
+CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "SPLIT_K": 4,
           "num_stages": 2, "num_warps": 4}
-REDUCTIONS = pytest.mark.parametrize("atomic", (0, 1), ids=("partials", "atomic"))
 
 
 @pytest.fixture(autouse=True)
@@ -57,16 +55,14 @@ def shape_error(shape: Shape, tunables: dict, device: str, seed: int = 0,
     return launch_error(dataclasses.replace(gemm, **gemm_fields), tunables)
 
 
-@REDUCTIONS
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_matches_reference_in_every_layout(layout, dtype, atomic, device):
+def test_matches_reference_in_every_layout(layout, dtype, device):
     # K = 150: 10 steps of 16 (the last one ragged), split 2+3+2+3; not a multiple of 4*16.
     shape = Shape(37, 45, 150, dtype, layout)
-    assert shape_error(shape, config(ATOMIC=atomic), device) <= DTYPES[dtype].tolerance
+    assert shape_error(shape, config(), device) <= DTYPES[dtype].tolerance
 
 
-@REDUCTIONS
 @pytest.mark.parametrize("k_block_split", [
     # K, BLOCK_K, SPLIT_K
     (33, 16, 2),    # 3 steps: slices of 1 and 2; the last step holds one element of K
@@ -75,82 +71,76 @@ def test_matches_reference_in_every_layout(layout, dtype, atomic, device):
     (96, 16, 6),    # one step per split (SPLIT_K == steps, the largest valid)
     (512, 16, 32),  # the search space's largest SPLIT_K
 ], ids=param_id)
-def test_split_k_values(k_block_split, atomic, device):
+def test_split_k_values(k_block_split, device):
     k, block_k, split_k = k_block_split
-    tunables = config(BLOCK_K=block_k, SPLIT_K=split_k, ATOMIC=atomic)
+    tunables = config(BLOCK_K=block_k, SPLIT_K=split_k)
     assert unsupported(meta_gemm(Shape(29, 40, k, "fp32")), tunables) is None
     assert shape_error(Shape(29, 40, k, "fp32", "nt"), tunables, device) \
         <= DTYPES["fp32"].tolerance
 
 
-@REDUCTIONS
 @pytest.mark.parametrize("mnk", [(1, 40, 33), (45, 1, 70), (1, 1, 40), (16, 32, 64)],
                          ids=param_id)
-def test_edge_shapes(mnk, atomic, device):
+def test_edge_shapes(mnk, device):
     """A single row or column, and a tile-aligned shape where no lane wraps."""
     shape = Shape(*mnk, "fp16", "tn")
-    assert shape_error(shape, config(SPLIT_K=2, ATOMIC=atomic), device) \
+    assert shape_error(shape, config(SPLIT_K=2), device) \
         <= DTYPES["fp16"].tolerance
 
 
-@REDUCTIONS
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_epilogue_bias_and_fp8_scales(dtype, atomic, device):
-    """The finishing kernel applies the bias (and fp8's scales) once, after summing every
-    split: a bias added per split would count SPLIT_K times."""
+def test_epilogue_bias_and_fp8_scales(dtype, device):
+    """The last split applies the bias (and fp8's scales) once, after summing every split: a
+    bias added per split would count SPLIT_K times."""
     shape = Shape(21, 50, 90, dtype, "nt")
     bias = torch.randn(shape.N, device=device).to(DTYPES[dtype].out)
-    assert shape_error(shape, config(ATOMIC=atomic), device, bias=bias) \
+    assert shape_error(shape, config(), device, bias=bias) \
         <= DTYPES[dtype].tolerance
 
 
-@REDUCTIONS
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_strided_views_in_and_out(dtype, atomic, device):
+def test_strided_views_in_and_out(dtype, device):
     """Row strides wider than the row for A and B, a column-major out and a sliced out."""
     torch_dtype = DTYPES[dtype].torch
     a = torch.randn(41, 60, device=device).to(torch_dtype)[:, 3:38]  # (41, 35), row stride 60
     b = torch.randn(50, 70, device=device).to(torch_dtype)[5:40, :23]  # (35, 23), row stride 70
     for out in (poisoned(23, 41, dtype, device).t(), poisoned(41, 30, dtype, device)[:, 4:27]):
-        assert launch_error(Gemm(a, b, out), config(ATOMIC=atomic)) <= DTYPES[dtype].tolerance
+        assert launch_error(Gemm(a, b, out), config()) <= DTYPES[dtype].tolerance
 
 
-@REDUCTIONS
-def test_int64_offsets_compute_the_same_product(monkeypatch, atomic, device):
+def test_int64_offsets_compute_the_same_product(monkeypatch, device):
     """Real int64-sized operands don't fit a test, so force the int64 path on small ones."""
     monkeypatch.setattr(splitk, "needs_int64", lambda *tensors: True)
     shape = Shape(37, 53, 71, "bf16", "tn")
-    assert shape_error(shape, config(ATOMIC=atomic), device) <= DTYPES["bf16"].tolerance
+    assert shape_error(shape, config(), device) <= DTYPES["bf16"].tolerance
 
 
-@REDUCTIONS
-def test_tf32_opt_in_stays_within_tf32_tolerance(atomic, device):
+def test_tf32_opt_in_stays_within_tf32_tolerance(device):
     shape = Shape(48, 40, 96, "fp32", "nn")
-    assert shape_error(shape, config(ATOMIC=atomic), device, allow_tf32=True) <= TF32_TOLERANCE
+    assert shape_error(shape, config(), device, allow_tf32=True) <= TF32_TOLERANCE
 
 
-@REDUCTIONS
-def test_workspace_is_reused_and_stays_right(fresh_workspace, atomic, device):
-    """A second call of the same shape reuses the buffer: the atomic one must start from
-    zero again, the partials one is overwritten whole."""
+def test_workspace_is_reused_and_stays_right(fresh_workspace, device):
+    """A second call of the same shape reuses the buffers: the arrival counters are back at
+    zero after every call, and the partials are overwritten whole."""
     shape = Shape(30, 40, 100, "fp32", "nt")
-    tunables = config(ATOMIC=atomic)
+    tunables = config()
     assert shape_error(shape, tunables, device) <= DTYPES["fp32"].tolerance
-    (buffer,) = fresh_workspace.buffers.values()
-    assert buffer.shape == ((1 if atomic else tunables["SPLIT_K"]), shape.M, shape.N)
+    partials, arrivals = fresh_workspace.buffers.values()
+    assert partials.shape == (tunables["SPLIT_K"], shape.M, shape.N)
+    assert arrivals.shape == (2 * 2,) and not arrivals.any()  # 2×2 tiles of 16×32
 
     assert shape_error(shape, tunables, device, seed=1) <= DTYPES["fp32"].tolerance
-    (again,) = fresh_workspace.buffers.values()
-    assert again is buffer
+    again = list(fresh_workspace.buffers.values())
+    assert len(again) == 2 and again[0] is partials and again[1] is arrivals
 
 
-@REDUCTIONS
-def test_compile_only_on_meta_tensors_touches_no_buffers(fresh_workspace, atomic):
+def test_compile_only_on_meta_tensors_touches_no_buffers(fresh_workspace):
     """The tuner compiles on meta tensors in CPU workers: the launcher must run there whole
-    (meta workspace, no-op zeroing) and keep no buffer."""
+    (meta workspace and counters) and keep no buffer."""
     gemm = meta_gemm(Shape(37, 45, 150, "fp8e4m3", "nt"))
     bias = torch.empty(45, dtype=torch.bfloat16, device="meta")
-    SPLITK.launch(dataclasses.replace(gemm, bias=bias), config(ATOMIC=atomic), True)
+    SPLITK.launch(dataclasses.replace(gemm, bias=bias), config(), True)
     assert not fresh_workspace.buffers
 
 
@@ -170,41 +160,38 @@ def test_unsupported_when_k_fits_one_step():
 
 
 def test_params_and_smem_estimate():
-    assert SPLITK.params == ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "ATOMIC",
-                             "num_stages", "num_warps")
-    tunables = dict(zip(SPLITK.params, (64, 128, 64, 8, 1, 3, 4)))
+    assert SPLITK.params == ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages",
+                             "num_warps")
+    tunables = dict(zip(SPLITK.params, (64, 128, 64, 8, 3, 4)))
     fp16 = meta_gemm(Shape(512, 512, 512, "fp16", "nn"))
     assert SPLITK.smem_bytes(tunables, fp16) == 3 * (64 * 64 + 64 * 128) * 2  # wgmma: 3 stages
     assert SPLITK.smem_bytes({**tunables, "num_warps": 2}, fp16) == 2 * (64 * 64 + 64 * 128) * 2
 
 
-GPU_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 16, "ATOMIC": 0,
+GPU_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 16,
               "num_stages": 3, "num_warps": 4}
 
 
 @pytest.mark.gpu
-@REDUCTIONS
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_gpu_correct_at_split_k_sizes(layout, dtype, atomic):
+def test_gpu_correct_at_split_k_sizes(layout, dtype):
     shape = Shape(64, 512, 8192, dtype, layout)
-    tunables = {**GPU_CONFIG, "ATOMIC": atomic}
-    assert shape_error(shape, tunables, "cuda") <= DTYPES[dtype].tolerance
+    assert shape_error(shape, GPU_CONFIG, "cuda") <= DTYPES[dtype].tolerance
 
 
 @pytest.mark.gpu
-@REDUCTIONS
-def test_gpu_compile_only_builds_what_the_launch_runs(monkeypatch, atomic):
-    """compile_only on meta tensors compiles both kernels; the real launch then compiles
+def test_gpu_compile_only_builds_what_the_launch_runs(monkeypatch):
+    """compile_only on meta tensors compiles the kernels; the real launch then compiles
     nothing (same specializations), which is what lets the tuner compile elsewhere."""
     compiled = []
     monkeypatch.setattr(triton.knobs.runtime, "jit_cache_hook",
                         lambda **hook: compiled.append(hook["fn"].name))
     # A shape and launch options no other test uses, so nothing is cached before.
     shape = Shape(48, 520, 4100, "bf16", "tn")
-    tunables = {**GPU_CONFIG, "num_warps": 2, "ATOMIC": atomic}
+    tunables = {**GPU_CONFIG, "num_warps": 2}
     SPLITK.launch(meta_gemm(shape), tunables, True)
-    assert sorted(compiled) == ["_finish_kernel", "_partials_kernel"]
+    assert compiled == ["_splitk_kernel"]
 
     compiled.clear()
     assert shape_error(shape, tunables, "cuda") <= DTYPES["bf16"].tolerance

@@ -26,7 +26,7 @@ from tuner.bucketing import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
 from tuner.db.store import Store
 from tuner.errors import UserError
-from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, call_ms
+from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, call_ms, eligible
 from tuner.runtime import TABLE_FORMAT
 from tuner.shapes import Shape
 from tuner.space import KERNEL_PARAMS, config_signature
@@ -140,12 +140,17 @@ def export_launch(requested: str | None, winners: list[Winner]) -> str:
 def exported_trial(winner: Winner, launch: str) -> Trial | None:
     """The trial to ship for a winner's key under `launch`: the stored winner where its study
     optimised that mode (its final side-by-side re-timing chose it, which no single trial's
-    figure beats for accuracy), else the study's correct trial fastest by the mode's figure;
-    None where no trial has that figure (stored before it was measured)."""
-    if (winner.study.launch or GRAPH) == launch:
+    figure beats for accuracy) and the mode may choose it (objective.eligible: a study stored
+    before that rule may hold one it may not), else the study's correct trial fastest by the
+    mode's figure among those it may choose; None where no trial has that figure (stored
+    before it was measured)."""
+    same_mode = (winner.study.launch or GRAPH) == launch
+    if same_mode and launch == GRAPH:  # graph may choose any trial
         return winner.trial
-    measured = [t for t in winner.study.trials
-                if t.status == "ok" and call_ms(t, launch) is not None]
+    measured = eligible([t for t in winner.study.trials
+                         if t.status == "ok" and call_ms(t, launch) is not None], launch)
+    if same_mode and winner.trial.id in {t.id for t in measured}:
+        return winner.trial
     return min(measured, key=lambda t: call_ms(t, launch), default=None)
 
 

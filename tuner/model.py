@@ -128,8 +128,6 @@ LAUNCH_S = 2.0e-6
 # work runs several times slower.
 BASE_REGS = 40
 SPILL_SLOWDOWN = 3.0
-# Relaxed fp32 atomics resolve in L2 at about half the rate of plain stores.
-ATOMIC_TRAFFIC_FACTOR = 2.0
 # cuBLAS (the `cublas` variant), modelled as a roofline rather than by its kernels. On one
 # H200 (benchmarks/results/h200-issue4/vs_cublas.md) it reached 0.70-0.76 of the datasheet
 # tensor rate on the large aligned bf16 GEMMs (688-754 TF/s) and 0.74 of the fp32 rate at
@@ -680,18 +678,19 @@ def _tile_loops(ops: _Operands, tile: _Tile, warp_specialized: bool, refill_hidd
 
 def _splitk(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:
     tile = _tile_of(config)
-    return _split_programs(ops, tile, config["SPLIT_K"], bool(config["ATOMIC"]),
-                           _tile_occupancy(ops, config, tile, spec), spec)
+    return _split_programs(ops, tile, config["SPLIT_K"], _tile_occupancy(ops, config, tile, spec),
+                           spec)
 
 
 @lru_cache(maxsize=65536)
-def _split_programs(ops: _Operands, tile: _Tile, splits: int, atomic: bool, occupancy: int,
+def _split_programs(ops: _Operands, tile: _Tile, splits: int, occupancy: int,
                     spec: DeviceSpec) -> float:
-    """SPLIT_K programs per tile over slices of K, fp32 partials, then a finishing kernel.
+    """SPLIT_K programs per tile over slices of K into fp32 partials, summed into C by each
+    tile's last program (kernels/splitk.py).
 
     More programs fill the SMs when M×N has few tiles, and each walks a shorter chain of K
-    steps; the price is the partial traffic (S slices written and read back, or S atomic
-    adds into one zeroed slice) and one launch more (two with atomics: the zeroing).
+    steps; the price is the partial traffic: S slices written, then read back by the tiles'
+    last programs after the rest.
 
     The slices are written after the multiplies, not beside them: every program stores its
     fp32 tile once its K loop ends, and split-K's programs fill one or two waves that end
@@ -705,16 +704,13 @@ def _split_programs(ops: _Operands, tile: _Tile, splits: int, atomic: bool, occu
     steps = _cdiv(_cdiv(ops.K, tile.BK), splits)
     # No GROUP_M: program ids run row-major over the tiles of each split.
     slice_bytes = ops.M * ops.N * FP32_BYTES
-    written = splits * slice_bytes * (ATOMIC_TRAFFIC_FACTOR if atomic else 1.0)
+    written = splits * slice_bytes
     concurrent = min(programs, occupancy * spec.sm_count)
     dram_bytes = _operand_dram_bytes(ops, tile, 1, concurrent, spec) + written
     partials = _rounds_seconds(programs, steps, _tile_step(ops, tile, False, False, False, spec),
                                occupancy, _epilogue_seconds(tile, FP32_BYTES, spec), spec)
     main = max(partials + _dram_seconds(written, spec), _dram_seconds(dram_bytes, spec)) + LAUNCH_S
-    finish_read = slice_bytes if atomic else splits * slice_bytes
-    finish = _dram_seconds(finish_read + ops.c_bytes, spec) + LAUNCH_S
-    zeroing = _dram_seconds(slice_bytes, spec) + LAUNCH_S if atomic else 0.0
-    return main + finish + zeroing
+    return main + _dram_seconds(written + ops.c_bytes, spec)
 
 
 def _gemv(ops: _Operands, config: Mapping, spec: DeviceSpec) -> float:

@@ -6,6 +6,12 @@ call pays; and `loop_ms`, the wall time per call of back-to-back eager calls thr
 dispatcher's launch path, where a slow host path costs as much as a slow kernel. The launch
 mode says which of the two a study optimises (`tune run --launch`) and which an export picks
 winners by (`tune export --launch`).
+
+An eager winner must also keep its kernel within DEVICE_SLACK of the fastest kernel measured
+for the key. Back-to-back calls of a small GEMM are paced by the host, so by the loop alone a
+cheap-to-issue tile could win while its kernel runs 10-20% behind cuBLAS's; that tile then
+loses wherever the GPU sets the pace: under CUDA graphs, and in a model whose other work
+keeps the GPU's queue full.
 """
 from __future__ import annotations
 
@@ -14,6 +20,9 @@ LAUNCH_MODES = (EAGER, GRAPH)
 DEFAULT_LAUNCH = EAGER
 # Which stored figure each mode reads, for messages.
 FIGURES = {EAGER: "loop_ms", GRAPH: "p50_ms"}
+# How much slower than the key's fastest kernel an eager winner's kernel may be: about the
+# spread of one config's device time between trials.
+DEVICE_SLACK = 0.05
 
 
 def call_ms(measured, launch: str) -> float | None:
@@ -26,3 +35,15 @@ def call_tflops(flops: int, measured, launch: str) -> float:
     """TFLOP/s at the `launch` figure's time per call: the value a study maximises (in graph
     mode the trial's stored tflops)."""
     return flops / (call_ms(measured, launch) * 1e-3) / 1e12
+
+
+def eligible(measured: list, launch: str) -> list:
+    """The trials (or TrialResults) `launch` may choose a winner among: for eager, those whose
+    kernel is within DEVICE_SLACK of the fastest p50_ms in `measured`; for graph, all."""
+    if launch != EAGER:
+        return list(measured)
+    fastest = min((t.p50_ms for t in measured if t.p50_ms is not None), default=None)
+    if fastest is None:
+        return list(measured)
+    return [t for t in measured if t.p50_ms is not None
+            and t.p50_ms <= fastest * (1 + DEVICE_SLACK)]

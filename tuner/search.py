@@ -30,7 +30,7 @@ from tuner.db.store import Store, params_key
 from tuner.execution import TrialResult, meta_gemm
 from tuner.executor import Executor
 from tuner.kernels.base import Kernel, specialization
-from tuner.objective import DEFAULT_LAUNCH, EAGER, GRAPH, call_ms, call_tflops
+from tuner.objective import DEFAULT_LAUNCH, EAGER, GRAPH, call_ms, call_tflops, eligible
 from tuner.samplers import DEFAULT_SAMPLER, make_sampler
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
@@ -248,14 +248,15 @@ class StudyRunner:
         return self._final()
 
     def _retimed_candidates(self) -> list[Trial]:
-        """The configs the final re-timing compares: the fastest by the mode's figure; for
+        """The configs the final re-timing compares, among those the mode may choose
+        (objective.eligible): the fastest by the mode's figure; for
         eager, first the fastest on the device among those whose calls take the same time
         (within CALL_NOISE), then the next fastest calls. When the host sets a call's pace,
         every config's call costs the same and the kernel that finishes first leaves the GPU
         free sooner (and wins under graphs too), where the loop figure alone would leave the
         choice to host noise."""
         launch = self.budget.launch
-        by_call = sorted((t for t in self.stored.values() if t.status == "ok"),
+        by_call = sorted(eligible([t for t in self.stored.values() if t.status == "ok"], launch),
                          key=lambda t: call_ms(t, launch))
         if launch == GRAPH or not by_call:
             return by_call[:RETIMED_TOP]
