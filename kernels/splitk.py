@@ -11,9 +11,8 @@ calls are host-bound.
 
 Atomic adds into one shared slice would save workspace traffic, but on an H100 (triton 3.6)
 their sums read wrong now and then, even from a separate kernel, so none are used. There is
-no GROUP_M: split-K pays off
-when the output tiles are few, so they all run at once and the order they start in gives L2
-nothing to reuse; it would only quadruple the search.
+no GROUP_M: split-K pays off when the output tiles are few, so they all run at once and the
+order they start in gives L2 nothing to reuse; it would only quadruple the search.
 """
 from __future__ import annotations
 
