@@ -25,12 +25,22 @@ def tile_count(M: int, N: int, tunables: Mapping[str, int]) -> int:
     return cdiv(M, tunables["BLOCK_M"]) * cdiv(N, tunables["BLOCK_N"])
 
 
-def wrap_keeps_vectors(extent: int) -> bool:
-    """Whether the tile kernels may hint that rows (columns) wrapped past `extent` are
-    contiguous: the hint makes the compiler issue vectors of up to 16 bytes (16 fp8
-    elements), and a vector starting after the wrap point is misaligned unless that point is
-    a multiple of 16. Padded buffers and views give aligned strides with any extent."""
-    return extent % 16 == 0
+def wrap_point(extent: int, buffer_extent: int | None) -> int:
+    """Where the tile kernels wrap rows (columns) past `extent` around onto valid ones.
+
+    Wrapped lanes only feed output the store masks off. The kernels hint that a tile's rows
+    are contiguous, which lets the compiler issue vectors of up to 16 bytes (16 fp8
+    elements); a vector starting after the wrap point is misaligned unless that point is a
+    multiple of 16. So where the operand's buffer reaches the next multiple of 16 (a padded
+    operand's zero margin), the wrap is there and the hint holds (wrap_keeps_vectors).
+    """
+    aligned = cdiv(extent, 16) * 16
+    return aligned if buffer_extent is not None and buffer_extent >= aligned else extent
+
+
+def wrap_keeps_vectors(wrap: int) -> bool:
+    """Whether the contiguity hint holds for rows (columns) wrapping at `wrap` (wrap_point)."""
+    return wrap % 16 == 0
 
 
 def needs_int64(*tensors: torch.Tensor) -> bool:

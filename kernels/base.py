@@ -86,6 +86,10 @@ class Gemm:
     scale_a: torch.Tensor | None = None
     scale_b: torch.Tensor | None = None
     allow_tf32: bool = False  # fp32 inputs: tf32 tensor cores instead of IEEE fp32
+    # Rows of a's buffer and columns of b's when they reach past M and N (the zero margins
+    # of kernels/padding.py): loads may run there, so tile kernels wrap at an aligned point.
+    a_buffer_rows: int | None = None
+    b_buffer_cols: int | None = None
 
     @property
     def mnk(self) -> tuple[int, int, int]:

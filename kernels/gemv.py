@@ -13,7 +13,13 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from tuner.kernels._launch import cdiv, epilogue_args, needs_int64, wrap_keeps_vectors
+from tuner.kernels._launch import (
+    cdiv,
+    epilogue_args,
+    needs_int64,
+    wrap_keeps_vectors,
+    wrap_point,
+)
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.mma import TileOperands
@@ -22,6 +28,7 @@ from tuner.mma import TileOperands
 @triton.jit
 def _gemv_kernel(
     a_ptr, x_ptr, y_ptr, M, K,
+    wrap_m,  # rows of A wrap here (_launch.wrap_point)
     stride_am, stride_ak, stride_xk, stride_ym,
     bias_ptr, stride_bias, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -35,12 +42,11 @@ def _gemv_kernel(
         stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
         stride_xk, stride_ym = tl.cast(stride_xk, tl.int64), tl.cast(stride_ym, tl.int64)
 
-    # Rows past M wrap around onto valid ones, so A loads need only the K mask; their sums
-    # land in y rows the store masks off. The hints let a unit-stride M vectorize; on the
-    # last block the wrapping lanes only feed masked-off rows, and where the hint is given
-    # (HINT_M) the wrap point keeps every vector aligned.
+    # Rows wrap around onto loadable ones, so A loads need only the K mask; the sums of rows
+    # past M land in y rows the store masks off. The hints let a unit-stride M vectorize;
+    # where they are given (HINT_M) the wrap point keeps every vector aligned.
     first_row = tl.program_id(0) * BLOCK_M
-    rows = (first_row + tl.arange(0, BLOCK_M)) % M
+    rows = (first_row + tl.arange(0, BLOCK_M)) % wrap_m
     if HINT_M:
         rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
     ks = tl.arange(0, BLOCK_K)
@@ -69,23 +75,26 @@ def _gemv_kernel(
 
 
 def _as_gemv(gemm: Gemm):
-    """(A, x, y) with y = A @ x: the GEMM itself when N == 1, its transpose when M == 1."""
+    """(A, x, y, rows of A's buffer) with y = A @ x: the GEMM itself when N == 1, its
+    transpose when M == 1."""
     M, N, _ = gemm.mnk
     if N == 1:
-        return gemm.a, gemm.b[:, 0], gemm.out[:, 0]
-    return gemm.b.t(), gemm.a[0, :], gemm.out[0, :]
+        return gemm.a, gemm.b[:, 0], gemm.out[:, 0], gemm.a_buffer_rows
+    return gemm.b.t(), gemm.a[0, :], gemm.out[0, :], gemm.b_buffer_cols
 
 
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
-    a, x, y = _as_gemv(gemm)
+    a, x, y, buffer_rows = _as_gemv(gemm)
     (M, K) = a.shape
+    wrap_m = wrap_point(M, buffer_rows)
     (bias, *scales), epilogue_flags = epilogue_args(gemm)
     # The bias runs along N: one value for all of y when N == 1, one per element of y else.
     stride_bias = 0 if gemm.bias is None or gemm.mnk[1] == 1 else bias.stride(0)
-    args = (a, x, y, M, K, *a.stride(), x.stride(0), y.stride(0), bias, stride_bias, *scales)
+    args = (a, x, y, M, K, wrap_m, *a.stride(), x.stride(0), y.stride(0), bias, stride_bias,
+            *scales)
     start(_gemv_kernel, (cdiv(M, tunables["BLOCK_M"]),), args, dict(
         EVEN_K=K % tunables["BLOCK_K"] == 0,
-        HINT_M=wrap_keeps_vectors(M),
+        HINT_M=wrap_keeps_vectors(wrap_m),
         INT64_OFFSETS=needs_int64(a, x, y),
         **epilogue_flags,
         **tunables,  # BLOCK_M/K constexprs; num_stages and num_warps options

@@ -19,6 +19,7 @@ from tuner.kernels._launch import (
     needs_int64,
     tile_count,
     wrap_keeps_vectors,
+    wrap_point,
 )
 from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
@@ -29,6 +30,7 @@ from tuner.mma import pipeline_smem_bytes
 @triton.jit
 def _matmul_kernel(
     a_ptr, b_ptr, c_ptr, M, N, K,
+    wrap_m, wrap_n,  # rows of A and columns of B wrap here (_launch.wrap_point)
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     bias_ptr, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -48,13 +50,12 @@ def _matmul_kernel(
 
     tile_m, tile_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
-    # Rows past M and columns past N wrap around onto valid ones, so A and B loads need only
-    # the K mask; what those lanes compute lands in C rows/columns the store masks off.
-    # The contiguity hints let the compiler vectorize loads along a unit-stride M or N; on the
-    # last tile the wrapping lanes only feed masked-off output, and the wrap point keeps
-    # every vector aligned where the hint is given (HINT_M, HINT_N).
-    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    # Rows and columns past the wrap points wrap around onto loadable ones, so A and B loads
+    # need only the K mask; what lanes past M and N compute lands in C rows/columns the store
+    # masks off. The contiguity hints let the compiler vectorize loads along a unit-stride M
+    # or N; the wrap point keeps every vector aligned where they are given (HINT_M, HINT_N).
+    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % wrap_m
+    cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % wrap_n
     if HINT_M:
         rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
     if HINT_N:
@@ -77,10 +78,12 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     (M, N, K) = gemm.mnk
     grid = (tile_count(M, N, tunables),)
     epilogue, epilogue_flags = epilogue_args(gemm)
-    args = (a, b, out, M, N, K, *a.stride(), *b.stride(), *out.stride(), *epilogue)
+    wrap_m, wrap_n = wrap_point(M, gemm.a_buffer_rows), wrap_point(N, gemm.b_buffer_cols)
+    args = (a, b, out, M, N, K, wrap_m, wrap_n, *a.stride(), *b.stride(), *out.stride(),
+            *epilogue)
     start(_matmul_kernel, grid, args, dict(
         EVEN_K=K % tunables["BLOCK_K"] == 0,
-        HINT_M=wrap_keeps_vectors(M), HINT_N=wrap_keeps_vectors(N),
+        HINT_M=wrap_keeps_vectors(wrap_m), HINT_N=wrap_keeps_vectors(wrap_n),
         INT64_OFFSETS=needs_int64(a, b, out),
         **dot_options(gemm), **epilogue_flags,
         **tunables,  # BLOCK_M/N/K and GROUP_M constexprs; num_stages and num_warps options

@@ -103,8 +103,10 @@ def padded_operands(gemm: Gemm, pad: int, allocate: bool = True) -> Gemm:
     key = (M, N, K, gemm.a.stride(), gemm.b.stride(), pad)
     a = _aligned_view("a", gemm.a, Mp, Kp, M, Kp, key, allocate)
     b = _aligned_view("b", gemm.b, Kp, Np, Kp, N, key, allocate)
-    return replace(gemm, a=gemm.a if _same_layout(a, gemm.a) else a,
-                   b=gemm.b if _same_layout(b, gemm.b) else b)
+    a_kept, b_kept = _same_layout(a, gemm.a), _same_layout(b, gemm.b)
+    return replace(gemm, a=gemm.a if a_kept else a, b=gemm.b if b_kept else b,
+                   a_buffer_rows=gemm.a_buffer_rows if a_kept else Mp,
+                   b_buffer_cols=gemm.b_buffer_cols if b_kept else Np)
 
 
 def pad_changes_nothing(gemm: Gemm, pad: int) -> bool:

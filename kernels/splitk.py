@@ -31,6 +31,7 @@ from tuner.kernels._launch import (
     needs_int64,
     tile_count,
     wrap_keeps_vectors,
+    wrap_point,
 )
 from tuner.kernels._mainloop import accumulate_k_steps
 from tuner.kernels.base import Gemm, Variant
@@ -44,6 +45,7 @@ MIN_BLOCK_K = 16
 @triton.jit
 def _splitk_kernel(
     a_ptr, b_ptr, ws_ptr, arrivals_ptr, c_ptr, M, N, K,
+    wrap_m, wrap_n,  # rows of A and columns of B wrap here (_launch.wrap_point)
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     bias_ptr, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -76,11 +78,11 @@ def _splitk_kernel(
     first_step = split * steps // SPLIT_K
     end_step = (split + 1) * steps // SPLIT_K
 
-    # Rows past M and columns past N wrap onto valid ones (as in general.py, hints included):
-    # loads need only the K mask, and what those lanes compute lands in workspace cells the
+    # Rows and columns wrap onto loadable ones (as in general.py, hints included): loads
+    # need only the K mask, and what lanes past M and N compute lands in workspace cells the
     # store masks off.
-    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % wrap_m
+    cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % wrap_n
     if HINT_M:
         rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
     if HINT_N:
@@ -131,11 +133,12 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     workspace = _workspace(gemm, tunables["SPLIT_K"])
     tiles = tile_count(M, N, tunables)
     epilogue, epilogue_flags = epilogue_args(gemm)
+    wrap_m, wrap_n = wrap_point(M, gemm.a_buffer_rows), wrap_point(N, gemm.b_buffer_cols)
     start(_splitk_kernel, (tiles, tunables["SPLIT_K"]),
-          (a, b, workspace, _arrivals(gemm, tiles), out, M, N, K, *a.stride(), *b.stride(),
-           *out.stride(), *epilogue), dict(
+          (a, b, workspace, _arrivals(gemm, tiles), out, M, N, K, wrap_m, wrap_n,
+           *a.stride(), *b.stride(), *out.stride(), *epilogue), dict(
               EVEN_K=K % tunables["BLOCK_K"] == 0,
-              HINT_M=wrap_keeps_vectors(M), HINT_N=wrap_keeps_vectors(N),
+              HINT_M=wrap_keeps_vectors(wrap_m), HINT_N=wrap_keeps_vectors(wrap_n),
               INT64_OFFSETS=needs_int64(a, b, out, workspace),
               **dot_options(gemm), **epilogue_flags,
               **tunables,  # BLOCK_M/N/K, SPLIT_K constexprs; num_stages, num_warps

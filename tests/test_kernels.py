@@ -13,9 +13,10 @@ import torch
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
 from tuner.execution import meta_gemm, random_gemm, reference, relative_error
 from tuner.kernels import KERNELS, gemv, general, kernel_for
-from tuner.kernels._launch import needs_int64
+from tuner.kernels._launch import needs_int64, wrap_point
 from tuner.kernels.base import Gemm, config_label
 from tuner.kernels.gemv import GEMV
+from tuner.kernels.padding import padded_operands
 from tuner.kernels.general import GENERAL
 from tuner.kernels.workspace import Workspace
 from tuner.shapes import LAYOUTS, Shape
@@ -311,3 +312,16 @@ def test_the_cublas_variant_refuses_fp8_that_torch_scaled_mm_refuses():
                             (1000, 3008, 2000, "nn"), (1, 4096, 4096, "tt")):
         shape = Shape(m, n, k, "fp8e4m3", layout)
         assert "torch._scaled_mm" in MM.unsupported(cublas, meta_gemm(shape))
+
+
+def test_padded_operands_let_the_tile_kernels_wrap_at_an_aligned_point():
+    """A padded buffer's zero margin reaches the next multiple of 16 rows/columns, so the
+    wrap moves there and the contiguity hints hold; an operand read in place, or a pad-8
+    buffer that stops short of it, wraps at M / N itself."""
+    padded = padded_operands(meta_gemm(Shape(37, 53, 71, "fp16", "nn")), 64, allocate=False)
+    assert (padded.a_buffer_rows, padded.b_buffer_cols) == (64, 64)
+    assert wrap_point(37, padded.a_buffer_rows) == 48
+    assert wrap_point(53, padded.b_buffer_cols) == 64
+    assert wrap_point(53, None) == 53 and wrap_point(53, 56) == 53
+    aligned_a = padded_operands(meta_gemm(Shape(37, 53, 64, "fp16", "nn")), 16, allocate=False)
+    assert (aligned_a.a_buffer_rows, aligned_a.b_buffer_cols) == (None, 64)

@@ -118,7 +118,7 @@ def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
     asked = []
 
     def second_fastest(device_name):
-        def fastest(key, measured, variations):
+        def fastest(key, measured, variations, calibration):
             asked.append((key["M"], [dict(c) for c in measured], [dict(c) for c in variations]))
             return measured[1]
         return fastest
@@ -143,7 +143,7 @@ def test_the_model_also_chooses_among_the_nearest_entries_alternates(tmp_path, m
     asked = []
 
     def last(device_name):
-        def fastest(key, measured, variations):
+        def fastest(key, measured, variations, calibration):
             asked.append([dict(c) for c in measured])
             return measured[-1]
         return fastest
@@ -171,7 +171,7 @@ def test_a_split_k_neighbour_is_weighed_at_every_split_the_key_allows(tmp_path, 
     asked = []
 
     def last(device_name):
-        def fastest(key, measured, variations):
+        def fastest(key, measured, variations, calibration):
             asked.append([[(dict(c), c.bucket[0]) for c in configs]
                           for configs in (measured, variations)])
             return variations[-1]
@@ -329,7 +329,7 @@ TMA_TILE = dict(GENERAL, variant="tma")
 def recording_first(asked: list):
     """A stand-in for _fastest_predicted: records (candidates, variations), takes the first."""
     def make(device_name):
-        def fastest(key, candidates, variations):
+        def fastest(key, candidates, variations, calibration):
             asked.append(([dict(c) for c in candidates], [dict(c) for c in variations]))
             return candidates[0]
         return fastest
@@ -523,3 +523,23 @@ def test_the_runtime_answers_each_key_with_the_entry_the_export_keyed_by_its_buc
             if bucket in buckets:
                 assert config.bucket == bucket
                 assert config["BLOCK_M"] == 16 * (buckets[bucket] + 1)
+
+
+@pytest.mark.parametrize("tile_slowdown, answer", [(1.0, "general"), (2.0, "cublas")])
+def test_a_neighbours_measurements_calibrate_the_models_tile_against_cublas(
+        tmp_path, tile_slowdown, answer):
+    """At 32x4096x4096 the model rates the 16-row tile tuned at M=16 faster than cuBLAS. The
+    entry's measurements say how right it was there: where the tile ran as the model says, it
+    answers; where it ran twice as slow (cuBLAS as the model says), cuBLAS does."""
+    spec, tuned = model.H100_SXM, Shape(16, 4096, 4096, "bf16")
+    asked = Shape(32, 4096, 4096, "bf16")
+    assert (model.predict_ms(asked, SMALL_M, spec)
+            < model.predict_ms(asked, runtime.CUBLAS_CONFIG, spec) < 2 * model.predict_ms(
+                asked, SMALL_M, spec))
+    write_atomic(tmp_path / "t.yaml", {
+        "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
+        "ops": {"mm": {"strategy": LOG_M, "entries": [{
+            "key": key(16), "config": SMALL_M, "tuned_shape": str(tuned),
+            "ms": tile_slowdown * model.predict_ms(tuned, SMALL_M, spec),
+            "cublas_ms": model.predict_ms(tuned, runtime.CUBLAS_CONFIG, spec)}]}}})
+    assert lookup(tmp_path / "t.yaml", **key(32))["variant"] == answer

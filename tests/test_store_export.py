@@ -190,7 +190,8 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
 
 def test_a_table_entry_carries_the_fastest_other_tile_its_study_measured(store, tmp_path):
     """Alternates are for the nearest fallback: another tile (a pipeline variant of the
-    winner's tile is no alternative), measured and correct (failed trials are not)."""
+    winner's tile is no alternative), measured and correct (failed trials are not), with its
+    kernel time (what calibrates the fallback's model)."""
     failed = TrialResult("wrong", "max error 3.1", 0.1, 0.1, 0.1, 1400.0, 3.1, 1.5, "events")
     tune_fake(store, H100, SQUARE, [(config(128, 256, 64), ok(0.19, 720.0)),
                                     (config(128, 256, 64, stages=4), ok(0.195, 700.0)),
@@ -207,6 +208,7 @@ def test_a_table_entry_carries_the_fastest_other_tile_its_study_measured(store, 
     write_atomic(path, table_document(device_block(device), picks, {"mm": "abc"}, GRAPH))
     entries = yaml.safe_load(path.read_text())["ops"]["mm"]["entries"]
     assert [e.get("alternates") for e in entries] == [None, [config(128, 128, 32)]]  # by key
+    assert [e.get("alternates_ms") for e in entries] == [None, [0.25]]
     assert winner_picks(winners, GRAPH)[0].alternates == []  # no trials given: none
 
 

@@ -94,8 +94,8 @@ def _tile(config: Mapping) -> tuple:
             config.get("BLOCK_K"))
 
 
-def runner_ups(trials: Iterable[Trial], config: Mapping) -> list[dict]:
-    """The fastest measured config of each tile (variant and BLOCK_M/N/K) other than
+def runner_up_trials(trials: Iterable[Trial], config: Mapping) -> list[Trial]:
+    """The fastest measured trial of each tile (variant and BLOCK_M/N/K) other than
     `config`'s, fastest first, ALTERNATES_PER_SHAPE of them: what a study learnt besides its
     winner. Another tile, not another GROUP_M or stage count, since a neighbouring size wants
     a different tile far more often than a different pipeline depth of the same one."""
@@ -106,8 +106,13 @@ def runner_ups(trials: Iterable[Trial], config: Mapping) -> list[dict]:
             break
         if _tile(trial.params) not in taken:
             taken.add(_tile(trial.params))
-            ups.append(dict(trial.params))
+            ups.append(trial)
     return ups
+
+
+def runner_ups(trials: Iterable[Trial], config: Mapping) -> list[dict]:
+    """The configs of runner_up_trials."""
+    return [dict(t.params) for t in runner_up_trials(trials, config)]
 
 
 def study_trials(store: Store, device: Device,
@@ -164,17 +169,21 @@ def winner_picks(winners: list[Winner], launch: str,
         if t is None:
             unmeasured.append(study.shape_label)
             continue
+        ups = runner_up_trials(shape_trials(study.shape), t.params)
         picks.append(Pick(w.kernel.name, w.key, dict(t.params), dict(study.space.strategy), {
             "tuned_shape": study.shape_label,
             "ms": t.p50_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
             "tflops": t.tflops,
             "loop_ms": t.loop_ms, "host_us": t.host_us,
             "cublas_ms": study.baseline_ms,
+            # the alternates' kernel times here: how the runtime's fallback calibrates the
+            # model where they answer other keys (runtime.Measurement)
+            **({"alternates_ms": [u.p50_ms for u in ups]} if ups else {}),
             "rel_error": t.rel_error,
             "timing": t.timing_method,
             "space_hash": study.space.hash,
             "tuned_at": t.created_at.isoformat(timespec="seconds"),
-        }, runner_ups(shape_trials(study.shape), t.params)))
+        }, [dict(u.params) for u in ups]))
     if unmeasured:  # only eager's figure can be missing: every correct trial has p50_ms
         raise ExportError(f"{len(unmeasured)} tuned shapes have no {FIGURES[launch]} figure "
                           f"(tuned before it was stored: {', '.join(unmeasured)}); export them "

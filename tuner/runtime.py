@@ -12,7 +12,11 @@ in this order, by:
   farther than MAX_NEIGHBOUR_OCTAVES, and their entries' alternates (runner-up tiles their
   studies measured), the one the analytical model predicts fastest (the closest bucket's,
   without the model): a config measured fast at a neighbouring size is a far better guess
-  than a generic one, and the model tells a split-K neighbour from a large-tile one. Variations
+  than a generic one, and the model tells a split-K neighbour from a large-tile one. Each
+  prediction is scaled by how the model erred at the bucket the config came from (its
+  entry's measured time over the model's figure there; cuBLAS's by the closest bucket's
+  cuBLAS time), so a model that overrates a kind of tile at this size is corrected by the
+  measurement next to it. Variations
   of the candidates that suit the key better (a split-K candidate at the key's other splits, a
   TMA-fed one with another BLOCK_K or num_stages, a tile that would leave SMs idle with BLOCK_M
   or BLOCK_N halved: `_variation_maker`) answer instead when the model predicts one
@@ -48,6 +52,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
+from typing import NamedTuple
 
 import yaml
 
@@ -156,6 +161,32 @@ def _log_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     return sum(abs(x - y) for x, y in zip(a, b))
 
 
+class Measurement(NamedTuple):
+    """What a table entry measured at its own shape (`tuned_shape`, a Shape label): cuBLAS's
+    kernel time and, per config signature, its config's and its alternates' (`ms`,
+    `alternates_ms` of tune export), in ms."""
+    tuned_shape: str
+    cublas_ms: float
+    times: dict[tuple, float]
+
+    @classmethod
+    def of(cls, entry: Mapping) -> Measurement | None:
+        """The entry's measurement, or None where it states none (a bucketed export's)."""
+        shape, ms, cublas_ms = (entry.get(f) for f in ("tuned_shape", "ms", "cublas_ms"))
+        if not (isinstance(shape, str) and _positive(ms) and _positive(cublas_ms)):
+            return None
+        times = {config_signature(entry["config"]): ms}
+        alternates, alternates_ms = entry.get("alternates", ()), entry.get("alternates_ms", ())
+        if len(alternates) == len(alternates_ms):
+            times.update((config_signature(config), alternate_ms) for config, alternate_ms
+                         in zip(alternates, alternates_ms) if _positive(alternate_ms))
+        return cls(shape, cublas_ms, times)
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 class OpTable:
     """One op's part of a table: its strategy, the config per bucket, and per dtype the
     buckets' log sizes (computed at load, so a new key's nearest search is a short scan)."""
@@ -165,12 +196,17 @@ class OpTable:
         # Every entry's config, in file order: what the model's space is narrowed to.
         self.configs = [entry["config"] for entry in body["entries"]]
         self.by_bucket: dict[tuple, TunedConfig] = {}
+        # Per bucket whose entry says what it measured: what calibrates the model near it.
+        self.measured: dict[tuple, Measurement] = {}
         # Per dtype, in file order: (log sizes, the entry's config and its alternates, each
         # answering as "nearest").
         self.neighbours: dict[str, list[tuple[tuple[float, ...], list[TunedConfig]]]] = {}
         for entry in body["entries"]:
             bucket = bucket_key(entry["key"], self.strategy)
             self.by_bucket[bucket] = TunedConfig(entry["config"], "table", bucket)
+            measurement = Measurement.of(entry)
+            if measurement is not None:
+                self.measured[bucket] = measurement
             self.neighbours.setdefault(bucket[_DTYPE_FIELD], []).append(
                 (_log_sizes(bucket), [TunedConfig(config, "nearest", bucket) for config in
                                       (entry["config"], *entry.get("alternates", ()))]))
@@ -370,25 +406,59 @@ def _tiles(sizes: Mapping[str, int], config: Mapping) -> int:
 
 
 def _fastest_predicted(device_name: str | None
-                       ) -> Callable[[Mapping, list, list], TunedConfig] | None:
-    """A function giving, for a raw key, the candidate (a measured config, or cuBLAS) the
-    analytical model predicts fastest (tuner.model.fastest_of), or the variation it predicts
-    fastest where that is VARIATION_MARGIN faster still; None when the model cannot be
-    imported."""
+                       ) -> Callable[[Mapping, list, list, Mapping], TunedConfig] | None:
+    """A function giving, for a raw key, the candidate (a measured config, or cuBLAS) predicted
+    fastest, or the variation predicted fastest where that is VARIATION_MARGIN faster still;
+    None when the model cannot be imported.
+
+    Predictions are the analytical model's (tuner.model), calibrated by the measurements of
+    the buckets the candidates came from (`measured`, per bucket): how much the model
+    overrates a tile against cuBLAS changes slowly with the shape, and a neighbour's
+    measurement says how much it did there.
+    """
     try:
-        from tuner.model import fastest_of, predicted_or_inf
+        from tuner.model import predicted_or_inf
+        from tuner.shapes import Shape
         from tuner.suggest import suggest_device
     except ImportError:
         return None
     spec = suggest_device(device_name)[1]
 
-    def fastest(key: Mapping, candidates: list, variations: list) -> TunedConfig:
+    def overrating(config: TunedConfig, measurement: Measurement | None) -> float:
+        """How much faster than cuBLAS the model rated `config`'s tile over what was measured,
+        at the bucket the config came from: the config's own measurement there, or for a
+        variation the fastest measured config of its variant (1: cuBLAS itself, or nothing
+        measured)."""
+        if config["variant"] == CUBLAS or measurement is None:
+            return 1.0
+        shape = Shape.from_label(measurement.tuned_shape)
+        own = measurement.times.get(config_signature(config))
+        if own is None:
+            kin = [(ms, signature) for signature, ms in measurement.times.items()
+                   if dict(signature)["variant"] == config["variant"]]
+            if not kin:
+                return 1.0
+            own, signature = min(kin)
+            config = dict(signature)
+        rated = (predicted_or_inf(shape, CUBLAS_CONFIG, spec)
+                 / predicted_or_inf(shape, config, spec))
+        measured = measurement.cublas_ms / own
+        return rated / measured if math.isfinite(rated) and rated > 0 else 1.0
+
+    def fastest(key: Mapping, candidates: list, variations: list,
+                measured: Mapping[tuple, Measurement]) -> TunedConfig:
         shape = _shape_of(key)
-        pick = candidates[fastest_of(shape, candidates, spec)]
+
+        def calibrated(config: TunedConfig) -> float:
+            """The predicted time, with cuBLAS's as the model gives it and each tile's
+            scaled by its bucket's overrating."""
+            return (predicted_or_inf(shape, config, spec)
+                    * overrating(config, measured.get(config.bucket)))
+
+        pick = min(candidates, key=calibrated)  # the first on a tie
         if variations:
-            challenger = variations[fastest_of(shape, variations, spec)]
-            if (predicted_or_inf(shape, challenger, spec)
-                    < (1 - VARIATION_MARGIN) * predicted_or_inf(shape, pick, spec)):
+            challenger = min(variations, key=calibrated)
+            if calibrated(challenger) < (1 - VARIATION_MARGIN) * calibrated(pick):
                 return challenger
         return pick
 
@@ -558,7 +628,7 @@ class TunedTable:
             candidates = [*candidates, cublas]
         if (len(candidates) == 1 and not variations) or self.fastest is None:
             return candidates[0]
-        return self.fastest(key, candidates, variations)
+        return self.fastest(key, candidates, variations, self.ops[op].measured)
 
     def _modelled(self, op: str, key: dict, allowed: Callable[[Mapping], bool],
                   excluded: frozenset[str], cublas: TunedConfig | None) -> TunedConfig | None:
@@ -575,7 +645,7 @@ class TunedTable:
             return cublas
         if cublas is None or self.fastest is None:
             return pick
-        return self.fastest(key, [pick, cublas], [])
+        return self.fastest(key, [pick, cublas], [], {})
 
     def _variations(self, op: str, key: dict, candidates: list,
                     allowed: Callable[[Mapping], bool]) -> list:
@@ -587,7 +657,7 @@ class TunedTable:
         return [] if make is None else make(key, candidates, allowed)
 
     @cached_property
-    def fastest(self) -> Callable[[Mapping, list, list], TunedConfig] | None:
+    def fastest(self) -> Callable[[Mapping, list, list, Mapping], TunedConfig] | None:
         """The model's choice among candidates and their variations, loaded on first need
         (None: no model)."""
         return _fastest_predicted(self.device_name)
