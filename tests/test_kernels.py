@@ -16,8 +16,8 @@ from tuner.kernels import KERNELS, gemv, general, kernel_for
 from tuner.kernels._launch import needs_int64, wrap_point
 from tuner.kernels.base import Gemm, config_label
 from tuner.kernels.gemv import GEMV
-from tuner.kernels.padding import padded_operands
 from tuner.kernels.general import GENERAL
+from tuner.kernels.padding import padded_operands
 from tuner.kernels.workspace import Workspace
 from tuner.shapes import LAYOUTS, Shape
 
