@@ -1,9 +1,23 @@
-"""Triton code shared by the tile variants: the grouped tile order (general, tma, persistent)
-and the main loop of the pointer-based kernels (general, splitk), which loads tiles of A and B
-through their strides and multiplies them on tensor cores into an fp32 accumulator; general
-walks all of K, a split-K program its slice."""
+"""Triton code shared by the tile variants: the grouped tile order (general, tma, persistent),
+the wrapped row and column indices of the pointer-based kernels (general, splitk, gemv), and
+the main loop of general and splitk, which loads tiles of A and B through their strides and
+multiplies them on tensor cores into an fp32 accumulator; general walks all of K, a split-K
+program its slice."""
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def wrapped_indices(first, wrap, BLOCK: tl.constexpr, HINT: tl.constexpr):
+    """first + [0, BLOCK), wrapped around at `wrap` (_launch.wrap_point) onto loadable rows
+    (columns), so loads along this dimension need no mask: what lanes past the operand's
+    extent compute lands in output the store masks off. Where HINT (_launch.wrap_keeps_vectors)
+    says the wrap point keeps vectors aligned, the indices are hinted contiguous, which lets
+    the compiler vectorize loads along a unit stride."""
+    indices = (first + tl.arange(0, BLOCK)) % wrap
+    if HINT:
+        indices = tl.max_contiguous(tl.multiple_of(indices, BLOCK), BLOCK)
+    return indices
 
 
 @triton.jit

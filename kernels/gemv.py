@@ -20,6 +20,7 @@ from tuner.kernels._launch import (
     wrap_keeps_vectors,
     wrap_point,
 )
+from tuner.kernels._mainloop import wrapped_indices
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.mma import TileOperands
@@ -42,13 +43,8 @@ def _gemv_kernel(
         stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
         stride_xk, stride_ym = tl.cast(stride_xk, tl.int64), tl.cast(stride_ym, tl.int64)
 
-    # Rows wrap around onto loadable ones, so A loads need only the K mask; the sums of rows
-    # past M land in y rows the store masks off. The hints let a unit-stride M vectorize;
-    # where they are given (HINT_M) the wrap point keeps every vector aligned.
     first_row = tl.program_id(0) * BLOCK_M
-    rows = (first_row + tl.arange(0, BLOCK_M)) % wrap_m
-    if HINT_M:
-        rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
+    rows = wrapped_indices(first_row, wrap_m, BLOCK_M, HINT_M)
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
     x_ptrs = x_ptr + ks * stride_xk

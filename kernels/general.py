@@ -21,7 +21,7 @@ from tuner.kernels._launch import (
     wrap_keeps_vectors,
     wrap_point,
 )
-from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile
+from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile, wrapped_indices
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.mma import pipeline_smem_bytes
@@ -50,16 +50,8 @@ def _matmul_kernel(
 
     tile_m, tile_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
-    # Rows and columns past the wrap points wrap around onto loadable ones, so A and B loads
-    # need only the K mask; what lanes past M and N compute lands in C rows/columns the store
-    # masks off. The contiguity hints let the compiler vectorize loads along a unit-stride M
-    # or N; the wrap point keeps every vector aligned where they are given (HINT_M, HINT_N).
-    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % wrap_m
-    cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % wrap_n
-    if HINT_M:
-        rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
-    if HINT_N:
-        cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_N), BLOCK_N)
+    rows = wrapped_indices(tile_m * BLOCK_M, wrap_m, BLOCK_M, HINT_M)
+    cols = wrapped_indices(tile_n * BLOCK_N, wrap_n, BLOCK_N, HINT_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = accumulate_k_steps(acc, a_ptr, b_ptr, rows, cols, K, 0, tl.cdiv(K, BLOCK_K),
                              stride_am, stride_ak, stride_bk, stride_bn,

@@ -33,7 +33,7 @@ from tuner.kernels._launch import (
     wrap_keeps_vectors,
     wrap_point,
 )
-from tuner.kernels._mainloop import accumulate_k_steps
+from tuner.kernels._mainloop import accumulate_k_steps, wrapped_indices
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.workspace import WORKSPACE
@@ -78,15 +78,8 @@ def _splitk_kernel(
     first_step = split * steps // SPLIT_K
     end_step = (split + 1) * steps // SPLIT_K
 
-    # Rows and columns wrap onto loadable ones (as in general.py, hints included): loads
-    # need only the K mask, and what lanes past M and N compute lands in workspace cells the
-    # store masks off.
-    rows = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)) % wrap_m
-    cols = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)) % wrap_n
-    if HINT_M:
-        rows = tl.max_contiguous(tl.multiple_of(rows, BLOCK_M), BLOCK_M)
-    if HINT_N:
-        cols = tl.max_contiguous(tl.multiple_of(cols, BLOCK_N), BLOCK_N)
+    rows = wrapped_indices(tile_m * BLOCK_M, wrap_m, BLOCK_M, HINT_M)
+    cols = wrapped_indices(tile_n * BLOCK_N, wrap_n, BLOCK_N, HINT_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = accumulate_k_steps(acc, a_ptr, b_ptr, rows, cols, K, first_step, end_step,
                              stride_am, stride_ak, stride_bk, stride_bn,

@@ -810,8 +810,10 @@ def predicted_or_inf(shape: Shape, config: Mapping, spec: DeviceSpec) -> float:
 
 def fastest_of(shape: Shape, configs: Sequence[Mapping], spec: DeviceSpec) -> int:
     """The index of the config predicted fastest on `shape` (the first on a tie). A config of
-    a variant the model does not know is never preferred to one it does. The choice the
-    runtime's nearest fallback makes, and what benchmarks/model_on_studies.py scores."""
+    a variant the model does not know is never preferred to one it does. The model's own
+    choice, as benchmarks/model_on_studies.py scores it; the runtime's nearest fallback
+    calibrates these predictions by its neighbours' measurements first
+    (runtime._fastest_predicted)."""
     predicted = [predicted_or_inf(shape, config, spec) for config in configs]
     return min(range(len(configs)), key=lambda i: (predicted[i], i))
 

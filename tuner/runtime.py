@@ -13,10 +13,10 @@ in this order, by:
   studies measured), the one the analytical model predicts fastest (the closest bucket's,
   without the model): a config measured fast at a neighbouring size is a far better guess
   than a generic one, and the model tells a split-K neighbour from a large-tile one. Each
-  prediction is scaled by how the model erred at the bucket the config came from (its
-  entry's measured time over the model's figure there; cuBLAS's by the closest bucket's
-  cuBLAS time), so a model that overrates a kind of tile at this size is corrected by the
-  measurement next to it. Variations
+  tile's prediction is scaled by how much the model overrated it against cuBLAS at the bucket
+  it came from (its own measured time there, or its variant's fastest measured config's,
+  against the entry's cuBLAS time), so the measurement next to the key corrects the model's
+  bias for that kind of tile. Variations
   of the candidates that suit the key better (a split-K candidate at the key's other splits, a
   TMA-fed one with another BLOCK_K or num_stages, a tile that would leave SMs idle with BLOCK_M
   or BLOCK_N halved: `_variation_maker`) answer instead when the model predicts one
