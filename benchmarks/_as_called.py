@@ -1,6 +1,6 @@
 """What the benchmarks that time a user's call share: the call as written, for torch and for
 the tuner, and the back-to-back loop and eager runs that measure it, contenders taking turns
-(tuner.timing.rotating_order, as device samples do)."""
+(tuner.execution.timing.rotating_order, as device samples do)."""
 from __future__ import annotations
 
 import statistics
@@ -9,7 +9,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from tuner.timing import rotating_order
+from tuner.execution.timing import rotating_order
 
 
 def user_calls(layout: str, scaled: bool):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner.bucket_search import weighted_geomean_regret
+from tuner.bucketing.search import weighted_geomean_regret
 from tuner.shapes import Shape, load_shapes
 from tuner.space import config_signature
 
@@ -60,11 +60,11 @@ def _table_pools(paths: list[str]) -> dict[str, dict[tuple, dict]]:
 
 
 def measure(args) -> None:
-    from tuner.backends import require_gpu, visible_gpus
-    from tuner.cross_timing import time_side_by_side
     from tuner.db.session import session_factory
     from tuner.db.store import Store
-    from tuner.executor import Executor, ExecutorOptions
+    from tuner.execution.backends import require_gpu, visible_gpus
+    from tuner.execution.cross_timing import time_side_by_side
+    from tuner.execution.executor import Executor, ExecutorOptions
     from tuner.kernels import kernel_for
 
     require_gpu()
@@ -113,7 +113,7 @@ def _load(path: str) -> dict:
 
 
 def report(args) -> None:
-    from tuner.model import predict_ms
+    from tuner.model.predict import predict_ms
     from tuner.suggest import suggest_device
 
     doc = _load(args.candidates)
@@ -149,7 +149,7 @@ def report(args) -> None:
 
 
 def order(args) -> None:
-    from tuner.model import predicted_or_inf
+    from tuner.model.predict import predicted_or_inf
     from tuner.suggest import suggest_device
 
     doc = _load(args.candidates)

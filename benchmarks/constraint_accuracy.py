@@ -30,11 +30,11 @@ from datetime import datetime, timezone
 import torch
 import triton
 
-from tuner.execution import meta_gemm, random_gemm
+from tuner.execution.measure import meta_gemm, random_gemm
+from tuner.execution.workers import TaskFailed, Worker, WorkerLost
 from tuner.kernels import KERNELS, kernel_variants, launches
 from tuner.shapes import Shape
 from tuner.space import builtin_spaces
-from tuner.workers import TaskFailed, Worker, WorkerLost
 
 # One shape per element size (fp16 compiles as bf16 does), aligned for every variant.
 SHAPES = [Shape(4096, 4096, 4096, "bf16", "nn"), Shape(2048, 2048, 2048, "fp32", "nn"),

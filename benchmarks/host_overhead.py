@@ -34,7 +34,7 @@ from _as_called import loops_us, user_calls
 from triton.testing import do_bench_cudagraph
 
 from tuner.dtypes import DTYPES
-from tuner.execution import random_gemm, reference, relative_error
+from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.shapes import Shape
 
 TILE = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 4,

@@ -13,7 +13,7 @@ import tempfile
 import timeit
 from pathlib import Path
 
-from tuner.bucketing import KEY_FIELDS
+from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.export import write_atomic
 from tuner.runtime import TABLE_FORMAT, get_tuned_config
 

@@ -1,4 +1,5 @@
-"""How well the analytical model (tuner.model) ranks the configs that tuning studies measured.
+"""How well the analytical model (tuner.model.predict) ranks the configs that tuning studies
+measured.
 
 The exhaustive recording (benchmarks/data/recording-h200.json.gz) scores the model on one
 narrowed space; the studies of real `tune run`s cover the whole space (BLOCK_K 128 and 256,
@@ -46,7 +47,7 @@ def extract(args) -> None:
 
 
 def report(args) -> None:
-    from tuner.replay_report import model_pick_among
+    from tuner.search.replay_report import model_pick_among
     from tuner.suggest import suggest_device
 
     with gzip.open(args.studies, "rt") as f:

@@ -15,7 +15,7 @@ them (with their alternates, and again without), and asks the runtime itself
 - leave-one-out: each listed shape answered from a table of the other listed shapes;
 - hold-out: each hold-out shape answered from the table of all listed shapes.
 Regret is the answer's time over the shape's own winner's, both from the one side-by-side
-timing of the shape (interleaved, L2 flushed, outputs checked; tuner.cross_timing).
+timing of the shape (interleaved, L2 flushed, outputs checked; tuner.execution.cross_timing).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from tuner import runtime
-from tuner.bucket_search import signature, weighted_geomean_regret
+from tuner.bucketing.search import signature, weighted_geomean_regret
 from tuner.shapes import Shape
 
 NEAREST_COUNTS = (1, 2, 3, 4, 5, 6, 8, 12)
@@ -37,14 +37,14 @@ EXACT = {"M": "default", "N": "default", "K": "default", "stride_am": "default",
 
 def measure(args) -> None:
     """Time every shape with every winner of its kernel and dtype; write them as JSON."""
-    from tuner.backends import require_gpu, visible_gpus
+    from tuner.execution.backends import require_gpu, visible_gpus
 
     require_gpu()
-    from tuner.bucketing_job import distinct_shapes, exact_members, gather_times
-    from tuner.cross_timing import time_side_by_side
+    from tuner.bucketing.job import distinct_shapes, exact_members, gather_times
     from tuner.db.session import session_factory
     from tuner.db.store import Store
-    from tuner.executor import Executor, ExecutorOptions
+    from tuner.execution.cross_timing import time_side_by_side
+    from tuner.execution.executor import Executor, ExecutorOptions
     from tuner.export import current_only, runner_ups, study_trials
     from tuner.kernels import KERNELS, kernel_for, source_hashes
     from tuner.shapes import load_shapes

@@ -13,7 +13,7 @@ Contenders, all on the same random inputs (never zeros), each checked against fl
 - inductor: torch.compile(mode="max-autotune-no-cudagraphs") of the cuBLAS call, while its
   compile time stays within --inductor-budget-s in total (later shapes show "-").
 Measures, per contender:
-- device µs: kernel time, tuner.timing.retime_interleaved over every contender of the row
+- device µs: kernel time, tuner.execution.timing.retime_interleaved over every contender of the row
   (L2 flushed before each sample with a GPU spin covering the host's launch, CUDA-graph
   replays for calls under 20 µs, rotating input sets; one sample of each contender per
   round, so drift hits them alike);
@@ -41,9 +41,9 @@ import triton
 from _as_called import eagers_us, loops_us, user_calls
 
 from tuner.dtypes import DTYPES
-from tuner.execution import random_gemm, reference, relative_error, timing_sets
+from tuner.execution.measure import random_gemm, reference, relative_error, timing_sets
+from tuner.execution.timing import retime_interleaved
 from tuner.shapes import Shape, load_shapes
-from tuner.timing import retime_interleaved
 
 
 def parse_rows(text: str | None, count: int) -> range:

@@ -218,8 +218,8 @@ class Claim(Base):
 class CrossTiming(Base):
     """A config timed on a shape it was not necessarily tuned for (`tune buckets`): the shapes
     of a bucket share one config, so each member's time with every candidate config is needed.
-    All configs of one shape are timed together, interleaved (tuner.cross_timing), so their
-    ratios are free of drift; a later search with the same shapes reuses them."""
+    All configs of one shape are timed together, interleaved (tuner.execution.cross_timing), so
+    their ratios are free of drift; a later search with the same shapes reuses them."""
     __tablename__ = "tuner_cross_timings"
     __table_args__ = (UniqueConstraint("device_id", "kernel_id", "shape_M", "shape_N", "shape_K",
                                        "dtype", "shape_layout", "params_key"),)

@@ -14,7 +14,6 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from tuner.backends import DeviceInfo
 from tuner.db.models import (
     Bucketing,
     Claim,
@@ -29,6 +28,7 @@ from tuner.db.models import (
     Winner,
     utcnow,
 )
+from tuner.execution.backends import DeviceInfo
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 

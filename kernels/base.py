@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tuner.kernels.mma import TileOperands
 from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
-from tuner.mma import TileOperands
 from tuner.space import KERNEL_PARAMS, SearchSpace
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class Gemm:
     @property
     def tensor_cores(self) -> bool:
         """Whether the multiplies run on tensor cores (all but IEEE fp32): with the tile's
-        shape, this decides how Triton pipelines it (tuner.mma)."""
+        shape, this decides how Triton pipelines it (tuner.kernels.mma)."""
         return self.a.dtype != torch.float32 or self.allow_tf32
 
     def with_operands(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> Gemm:
@@ -119,7 +119,7 @@ class Variant:
     # holds exactly `params`.
     launch: Callable[[Gemm, Mapping[str, int], bool], None] = field(repr=False)
     # smem_bytes(tunables, operands): estimated shared memory one program needs; operands is
-    # a tuner.mma.TileOperands (a Gemm is one).
+    # a tuner.kernels.mma.TileOperands (a Gemm is one).
     smem_bytes: Callable[[Mapping[str, int], TileOperands], int] = field(repr=False)
     # The file holding the Triton source; its hash identifies results measured with it.
     source_path: Path = field(repr=False)

@@ -23,7 +23,7 @@ from tuner.kernels._launch import (
 from tuner.kernels._mainloop import wrapped_indices
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
-from tuner.mma import TileOperands
+from tuner.kernels.mma import TileOperands
 
 
 @triton.jit

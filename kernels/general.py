@@ -24,7 +24,7 @@ from tuner.kernels._launch import (
 from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile, wrapped_indices
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
 from tuner.kernels.launches import start
-from tuner.mma import pipeline_smem_bytes
+from tuner.kernels.mma import pipeline_smem_bytes
 
 
 @triton.jit

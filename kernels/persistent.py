@@ -43,8 +43,8 @@ from tuner.kernels._launch import tile_count
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
+from tuner.kernels.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 from tuner.kernels.tma import store_tile, tile_product
-from tuner.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 
 INTERPRETER_PROGRAMS = 3
 FLAGS = ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")  # the 0/1 parameters

@@ -36,8 +36,8 @@ from tuner.kernels._launch import (
 from tuner.kernels._mainloop import accumulate_k_steps, wrapped_indices
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
+from tuner.kernels.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 from tuner.kernels.workspace import WORKSPACE
-from tuner.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 
 # tl.dot needs every block dimension >= 16, so no config has a BLOCK_K below this.
 MIN_BLOCK_K = 16

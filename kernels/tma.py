@@ -42,8 +42,8 @@ from tuner.kernels._launch import dot_options, epilogue_args, tile_count
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
 from tuner.kernels.launches import start
+from tuner.kernels.mma import TileOperands, pipeline_smem_bytes
 from tuner.kernels.padding import is_transposed
-from tuner.mma import TileOperands, pipeline_smem_bytes
 
 _ALIGN_BYTES = 16  # TMA: base addresses and the strides between rows, in bytes
 _MAX_STRIDE_BYTES = 2**40  # TMA: strides must stay below this

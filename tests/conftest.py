@@ -27,3 +27,8 @@ def pytest_collection_modifyitems(config, items):
 def device() -> str:
     """Where kernel tests put their tensors: the GPU if there is one, else the interpreter's CPU."""
     return "cuda" if HAS_GPU else "cpu"
+
+
+# The study world of test_search, shared with test_replay (a fixture found through conftest,
+# so no test module imports another's fixture).
+from tests.test_search import world  # noqa: E402, F401

@@ -2,7 +2,7 @@
 import optuna
 from optuna.trial import TrialState
 
-from tuner.backends import DeviceInfo
+from tuner.execution.backends import DeviceInfo
 from tuner.kernels import kernel_variants
 from tuner.kernels.base import TILE_PARAMS
 from tuner.objective import call_tflops

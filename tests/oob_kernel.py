@@ -11,7 +11,7 @@ import triton.language as tl
 
 from tuner.kernels.base import Kernel, Variant
 from tuner.kernels.launches import start
-from tuner.mma import pipeline_smem_bytes
+from tuner.kernels.mma import pipeline_smem_bytes
 
 
 @triton.jit

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner.bucket_search import (
+from tuner.bucketing.search import (
     SEARCHED_FIELDS,
     BucketSearchError,
     Member,

@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner import bucketing
-from tuner.bucketing import (
+from tuner.bucketing import strategies as bucketing
+from tuner.bucketing.strategies import (
     BUILTIN_STRATEGIES,
     KEY_FIELDS,
     STRATEGIES,

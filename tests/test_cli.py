@@ -69,7 +69,7 @@ def test_search_flags_reach_the_study_budget(workdir, monkeypatch):
     """The flags' effects are tested on scripted timings (test_search, test_replay);
     interpreter timings are too noisy to say when a study stalls, so here only that they
     arrive."""
-    from tuner import pipeline
+    from tuner.search import pipeline
     budgets = []
     real_run = pipeline.TuneJob.run
     monkeypatch.setattr(pipeline.TuneJob, "run",
@@ -114,7 +114,7 @@ def test_the_launch_flag_picks_what_studies_optimise_and_both_figures_are_stored
 
 def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):
     from tuner.kernels import KERNELS
-    from tuner.model import device_spec, rank_configs
+    from tuner.model.predict import device_spec, rank_configs
     from tuner.space import load_space
     from tuner.suggest import named_device
 

@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from tuner import runtime
-from tuner.bucketing import bucket_key
+from tuner.bucketing.strategies import bucket_key
 from tuner.cli import main
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",

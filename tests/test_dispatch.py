@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import tuner
 from tuner import dispatch, runtime
 from tuner.dtypes import DTYPES
-from tuner.execution import random_operands, relative_error
+from tuner.execution.measure import random_operands, relative_error
 from tuner.export import write_atomic
 from tuner.kernels import launches
 from tuner.kernels.cublas import TorchCalls

@@ -1,5 +1,5 @@
 """The executor's rule for compiles that take far longer than their peers."""
-from tuner.executor import STRAGGLER_FLOOR_S, STRAGGLER_SAMPLES, compile_limit
+from tuner.execution.executor import STRAGGLER_FLOOR_S, STRAGGLER_SAMPLES, compile_limit
 
 
 def test_a_compile_may_run_ten_medians_within_the_floor_and_the_cap():

@@ -14,7 +14,7 @@ from statistics import median
 
 import pytest
 
-from tuner.execution import meta_gemm
+from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
 from tuner.shapes import Shape
 

@@ -9,10 +9,10 @@ from click.testing import CliRunner
 
 import tuner
 from tuner import dispatch, runtime
-from tuner.backends import gpu_backend
 from tuner.cli import main
 from tuner.dtypes import DTYPES
-from tuner.execution import random_gemm, random_operands, reference, relative_error
+from tuner.execution.backends import gpu_backend
+from tuner.execution.measure import random_gemm, random_operands, reference, relative_error
 from tuner.kernels import KERNELS, kernel_for
 from tuner.kernels.base import config_label
 from tuner.kernels.cublas import TorchCalls

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution import meta_gemm, random_gemm, reference, relative_error
+from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
 from tuner.kernels import KERNELS, gemv, general, kernel_for
 from tuner.kernels._launch import needs_int64, wrap_point
 from tuner.kernels.base import Gemm, config_label

@@ -1,4 +1,4 @@
-"""The analytical performance model (tuner/model.py): device specs, the orderings it must
+"""The analytical performance model (tuner/model/predict.py): device specs, the orderings it must
 get right, monotonicity, feasibility of what it ranks, and a sanity check against the
 exhaustive H200 measurements in /work/shared/anchors. CPU only: nothing is compiled or run.
 """
@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.factories import KERNEL_VARIANTS
-from tuner import model
-from tuner.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
 from tuner.dtypes import DTYPES
-from tuner.execution import meta_gemm
+from tuner.execution.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
+from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS, kernel_for
+from tuner.model import predict as model
 from tuner.shapes import LAYOUTS, Shape
 from tuner.space import builtin_spaces, parse_space
 
@@ -381,9 +381,9 @@ def test_the_model_agrees_with_the_exhaustive_anchors(dims, measured_tflops, mea
 
 
 def test_warm_start_picks_span_tile_shapes_each_at_its_best():
-    """The warm start's picks (tuner.warmstart.model_configs) are the model's best config of
+    """The warm start's picks (tuner.search.warmstart.model_configs) are the model's best config of
     each of its best tile shapes: distinct shapes, in the order of the plain ranking."""
-    from tuner.warmstart import model_configs, tile_shape
+    from tuner.search.warmstart import model_configs, tile_shape
 
     shape = Shape(512, 4096, 4096, "fp16", "nt")
     space, kernel = SMALL_SPACES["mm"], KERNELS["mm"]

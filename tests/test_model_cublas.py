@@ -1,8 +1,8 @@
-"""The analytical model's cuBLAS term (tuner/model.py `_cublas`): the yardstick the runtime's
-fallback holds tuned candidates to. CPU only."""
+"""The analytical model's cuBLAS term (tuner/model/predict.py `_cublas`): the yardstick the
+runtime's fallback holds tuned candidates to. CPU only."""
 import pytest
 
-from tuner import model
+from tuner.model import predict as model
 from tuner.shapes import Shape
 
 H200 = model.H200_SXM

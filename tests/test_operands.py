@@ -3,7 +3,7 @@ tensors that are then timed, or Triton would build a different specialization.""
 import pytest
 
 from tuner.dtypes import DTYPES
-from tuner.execution import meta_gemm, random_gemm
+from tuner.execution.measure import meta_gemm, random_gemm
 from tuner.shapes import LAYOUTS, Shape
 
 

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.engine import make_url
 
 from tests.factories import SMALL_SPACE
-from tuner.bucketing import KEY_FIELDS
+from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.db.models import Study, Trial, Winner
 from tuner.db.session import open_engine, optuna_storage
 

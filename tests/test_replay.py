@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from tests.factories import H100
-from tests.test_search import ScriptedExecutor, speed, world  # noqa: F401 - a fixture
-from tuner import model
-from tuner.execution import meta_gemm
+from tests.test_search import ScriptedExecutor, speed
+from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
-from tuner.replay import (
+from tuner.model import predict as model
+from tuner.search.replay import (
     STRATEGIES,
     Recording,
     ReplayError,
@@ -20,7 +20,7 @@ from tuner.replay import (
     recording_from_store,
     replay,
 )
-from tuner.replay_report import (
+from tuner.search.replay_report import (
     curves_table,
     geomean,
     meets_goal,
@@ -28,7 +28,7 @@ from tuner.replay_report import (
     model_pick_ratios,
     model_quality_table,
 )
-from tuner.samplers import DEFAULT_SAMPLER
+from tuner.search.samplers import DEFAULT_SAMPLER
 from tuner.shapes import Shape
 from tuner.space import config_signature, parse_space
 from tuner.suggest import suggest_device
@@ -144,7 +144,7 @@ def test_tune_replay_prints_the_curves_and_names_bad_input(tmp_path):
 
 def test_the_cli_offers_exactly_the_samplers_there_are():
     from tuner.cli import run
-    from tuner.samplers import SAMPLERS
+    from tuner.search.samplers import SAMPLERS
     (option,) = [p for p in run.params if p.name == "sampler"]
     assert list(option.type.choices) == list(SAMPLERS)
 

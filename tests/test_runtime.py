@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tuner import model, runtime
-from tuner.bucketing import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
-from tuner.execution import meta_gemm
+from tuner import runtime
+from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
+from tuner.execution.measure import meta_gemm
 from tuner.export import write_atomic
 from tuner.kernels import KERNELS
+from tuner.model import predict as model
 from tuner.shapes import LAYOUTS, Shape
 
 # M bucketed to the next power of two, everything else exact.
@@ -274,7 +275,7 @@ def test_the_model_sees_the_layout_the_strides_give(tmp_path, monkeypatch, layou
         ranked.append(shape)
         return rank_configs(shape, *args, **kwargs)
 
-    monkeypatch.setattr("tuner.model.rank_configs", spy)
+    monkeypatch.setattr("tuner.model.predict.rank_configs", spy)
     path = write_table(tmp_path / "t.yaml", [(key(512), GENERAL)])
     shape = Shape(300, 5000, 4096, "fp32", layout)
     assert triton(path, **shape.key()).source == "model"
@@ -288,13 +289,13 @@ def test_cublas_answers_a_dtype_the_model_cannot_and_the_default_what_cublas_can
     torch._scaled_mm's)."""
     path = write_table(tmp_path / "t.yaml", [(key(512), GENERAL)])
     fp8_nn = key(512, dtype="fp8e4m3")
-    monkeypatch.setitem(sys.modules, "tuner.model", None)  # an import of it fails
+    monkeypatch.setitem(sys.modules, "tuner.model.predict", None)  # an import of it fails
     with pytest.warns(RuntimeWarning, match="no tuned mm config .* using cublas"):
         assert lookup(path, **key(512, dtype="fp16")) is runtime.CUBLAS_CONFIG
     with pytest.warns(RuntimeWarning, match="no tuned mm config .* using default"):
         assert lookup(path, **fp8_nn) is runtime.DEFAULT_CONFIGS["mm"]
     runtime.clear_cache()
-    monkeypatch.setitem(sys.modules, "tuner.model", model)
+    monkeypatch.setitem(sys.modules, "tuner.model.predict", model)
     monkeypatch.setattr(model, "rank_configs", lambda *args, **kwargs: [])
     with pytest.warns(RuntimeWarning, match="no tuned mm config .* using cublas"):
         assert lookup(path, **key(512, dtype="fp16")) is runtime.CUBLAS_CONFIG

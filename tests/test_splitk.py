@@ -11,7 +11,7 @@ import torch
 import triton
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution import meta_gemm, random_gemm, reference, relative_error
+from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
 from tuner.kernels import splitk
 from tuner.kernels.base import Gemm
 from tuner.kernels.splitk import SPLITK, unsupported

@@ -10,12 +10,12 @@ from sqlalchemy import text as sql
 
 from tests.factories import H100, KERNEL_VARIANTS, VARIANTS
 from tuner import runtime
-from tuner.backends import DeviceInfo
-from tuner.bucketing import bucket_key
+from tuner.bucketing.strategies import bucket_key
 from tuner.cli import main
 from tuner.db.session import DatabaseError, session_factory
 from tuner.db.store import Store
-from tuner.execution import TrialResult
+from tuner.execution.backends import DeviceInfo
+from tuner.execution.measure import TrialResult
 from tuner.export import (
     EXPAND_OP_NAMES,
     NO_EXPAND_OP,
@@ -279,7 +279,7 @@ def test_runtime_imports_neither_optuna_nor_sqlalchemy():
 
 
 def test_warm_start_takes_the_nearest_winners_the_space_holds(store):
-    from tuner.warmstart import in_space, nearest_winner_configs
+    from tuner.search.warmstart import in_space, nearest_winner_configs
     device, kernel, *_ = tune_fake(store, H100, SQUARE, [(config(128, 128, 64), ok(0.2, 690.0))])
     tune_fake(store, H100, SMALL_M, [(config(32, 64, 64, 3, 4), ok(0.02, 25.0))])
     tune_fake(store, H100, DECODE, [(config(64, 64, 32, pad=64), ok(0.02, 25.0))])  # pad 64:

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tuner.timing import (
+from tuner.execution.timing import (
     LOOP_SAMPLES,
     CallLoop,
     Timing,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution import meta_gemm, random_gemm, reference, relative_error
+from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
 from tuner.kernels import persistent, tma
 from tuner.kernels.base import Gemm
 from tuner.kernels.persistent import PERSISTENT

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from tests import worker_tasks as tasks
-from tuner.workers import TaskFailed, Worker, WorkerLost
+from tuner.execution.workers import TaskFailed, Worker, WorkerLost
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A user's bucketing strategy, registered at import: the module TUNE_STRATEGY_MODULES names in
 tests/test_bucketing.py."""
-from tuner.bucketing import register_strategy
+from tuner.bucketing.strategies import register_strategy
 
 
 def up_to_thousands(value: int) -> int:

@@ -100,7 +100,7 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
                    "to be measured [default: --jobs, at most 16].")
 @click.option("--sampler", default="tpe", show_default=True,
               type=click.Choice(["tpe", "tpe-multivariate", "gp", "random"]),
-              help="Search strategy of each study (tuner/samplers.py; compare them on "
+              help="Search strategy of each study (tuner/search/samplers.py; compare them on "
                    "recorded timings with `tune replay`).")
 @click.option("--exhaustive", is_flag=True,
               help="Measure every feasible config of each study's space (--trials is then "
@@ -120,12 +120,12 @@ def run(shapes_path, space_paths, trials, timeout_s, patience, seed, db_url, ret
 
     from tuner.db.session import optuna_storage, resolve_url, session_factory
     from tuner.db.store import Store
-    from tuner.executor import Executor, ExecutorOptions
+    from tuner.execution.executor import Executor, ExecutorOptions
     from tuner.kernels import kernel_for
-    from tuner.pipeline import TuneJob
-    from tuner.planning import plan_studies
-    from tuner.progress import RichReporter
-    from tuner.search import StudyBudget
+    from tuner.search.pipeline import TuneJob
+    from tuner.search.planning import plan_studies
+    from tuner.search.progress import RichReporter
+    from tuner.search.study import StudyBudget
 
     spaces = _load_spaces(space_paths)
     plans = plan_studies(shapes, spaces, kernel_for)
@@ -159,7 +159,7 @@ def _backend_devices(backend_name: str, devices_text: str | None) -> tuple[int, 
     a GPU must be visible, and the interpreter must be chosen before triton is imported."""
     devices = _device_list(devices_text)
     if backend_name == "gpu":
-        from tuner.backends import require_gpu, visible_gpus
+        from tuner.execution.backends import require_gpu, visible_gpus
         require_gpu()
         return devices or tuple(visible_gpus())
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
@@ -196,7 +196,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
     """Export the analytical model's config per shape: no GPU, no trials, nothing measured."""
     from tuner.export import expand_text, table_document, write_atomic, write_text_atomic
     from tuner.kernels import kernel_for, source_hashes
-    from tuner.planning import plan_studies
+    from tuner.search.planning import plan_studies
     from tuner.suggest import model_device_block, suggest_device, suggested_picks
 
     shapes = load_shapes(shapes_path)
@@ -224,7 +224,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
               help="Also write the recording read from --db to this file.")
 @click.option("--strategies", default="random,tpe,tpe-multivariate,gp,model,model+tpe,"
               "model+tpe-multivariate,model+gp", show_default=True,
-              help="Comma-separated strategies to compare (tuner/replay.py).")
+              help="Comma-separated strategies to compare (tuner/search/replay.py).")
 @click.option("--seeds", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1))
 @click.option("--in-flight", default=16, show_default=True, type=click.IntRange(min=1),
@@ -239,8 +239,8 @@ def replay(recording_path, db_url, device_selector, save_recording, strategies, 
     """Compare search strategies on recorded timings (`tune run --exhaustive`): no GPU."""
     from pathlib import Path
 
-    from tuner import replay as replays
-    from tuner import replay_report as report
+    from tuner.search import replay as replays
+    from tuner.search import replay_report as report
 
     chosen = []
     for name in strategies.split(","):
@@ -272,7 +272,7 @@ def replay(recording_path, db_url, device_selector, save_recording, strategies, 
 def _recording_from_db(db_url, device_selector):
     from tuner.db.session import session_factory
     from tuner.db.store import Store
-    from tuner.replay import ReplayError, recording_from_store
+    from tuner.search.replay import ReplayError, recording_from_store
 
     store = Store(session_factory(db_url))
     devices = store.devices_matching(device_selector)
@@ -407,7 +407,7 @@ def _show_failures(db_url, device_selector):
                    "than its own winner).")
 @click.option("--strategy", "candidates", multiple=True, metavar="NAME",
               help="A candidate strategy for each searched field (repeatable, finest first; "
-                   "start with default) [default: tuner.bucket_search.DEFAULT_CANDIDATES].")
+                   "start with default) [default: tuner.bucketing.search.DEFAULT_CANDIDATES].")
 @db_option
 @device_option
 @click.option("--seed", default=0, show_default=True, help="Seed of the inputs.")
@@ -426,9 +426,7 @@ def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, 
     from rich.console import Console
     from rich.progress import Progress
 
-    from tuner.bucket_search import DEFAULT_CANDIDATES, SEARCHED_FIELDS, needed_configs, search
-    from tuner.bucketing import strategy_function
-    from tuner.bucketing_job import (
+    from tuner.bucketing.job import (
         SharingError,
         bucketing_record,
         distinct_shapes,
@@ -436,10 +434,12 @@ def buckets(shapes_path, max_regret, candidates, db_url, device_selector, seed, 
         gather_times,
         pareto_markdown,
     )
-    from tuner.cross_timing import time_side_by_side
+    from tuner.bucketing.search import DEFAULT_CANDIDATES, SEARCHED_FIELDS, needed_configs, search
+    from tuner.bucketing.strategies import strategy_function
     from tuner.db.session import session_factory
     from tuner.db.store import Store, params_key
-    from tuner.executor import Executor, ExecutorOptions
+    from tuner.execution.cross_timing import time_side_by_side
+    from tuner.execution.executor import Executor, ExecutorOptions
     from tuner.kernels import KERNELS, kernel_for
 
     for name in candidates:
@@ -517,17 +517,17 @@ def validate(table_path, shapes_path, trials, output, db_url, seed, backend_name
     devices = _backend_devices(backend_name, None)  # before anything imports triton
     shapes = load_shapes(shapes_path)
 
-    from tuner.bucketing_job import distinct_shapes
-    from tuner.cross_timing import time_side_by_side
+    from tuner.bucketing.job import distinct_shapes
     from tuner.db.session import optuna_storage, session_factory
     from tuner.db.store import Store
-    from tuner.executor import Executor, ExecutorOptions
+    from tuner.execution.cross_timing import time_side_by_side
+    from tuner.execution.executor import Executor, ExecutorOptions
     from tuner.export import current_only
     from tuner.kernels import KERNELS, kernel_for, source_hashes
-    from tuner.pipeline import TuneJob
-    from tuner.planning import plan_studies
-    from tuner.progress import RichReporter
-    from tuner.search import StudyBudget
+    from tuner.search.pipeline import TuneJob
+    from tuner.search.planning import plan_studies
+    from tuner.search.progress import RichReporter
+    from tuner.search.study import StudyBudget
     from tuner.validate import Validation, report, runtime_pick
 
     shapes = distinct_shapes(shapes)

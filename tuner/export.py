@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner.bucketing import KEY_FIELDS
+from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
 from tuner.db.store import Store
 from tuner.errors import UserError
@@ -227,7 +227,7 @@ def device_picks(store: Store, device: Device, winners: list[Winner], launch: st
                                   trials)
             continue
         picks += bucket_picks(bucketing, trials)
-        # tune buckets weighs device time (tuner.cross_timing), whatever the launch mode.
+        # tune buckets weighs device time (tuner.execution.cross_timing), whatever the launch mode.
         by_device_time = "" if launch == GRAPH else (
             f", by device time (--exact: one row per key by the {launch} figure)")
         notes.append(f"{kernel.name}: {len(bucketing.buckets)} buckets chosen by `tune buckets` "

@@ -1,6 +1,6 @@
 """What "fastest" means for a config: the time of a call as the deployment will issue it.
 
-Every trial stores two figures measured on the same inputs (tuner.execution): `p50_ms`, the
+Every trial stores two figures measured on the same inputs (tuner.execution.measure): `p50_ms`, the
 kernel's device time with the host's launch hidden, which is what a CUDA graph replay of the
 call pays; and `loop_ms`, the wall time per call of back-to-back eager calls through the
 dispatcher's launch path, where a slow host path costs as much as a slow kernel. The launch

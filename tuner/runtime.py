@@ -30,7 +30,7 @@ in this order, by:
   (fp8 in another layout than torch._scaled_mm's);
 - `model`: for a dtype the op has no entry of (or none that can run the key, where cuBLAS
   cannot either), the analytical model's pick among the values the op's tuned configs use
-  (tuner.model; imported on first need, so only then torch);
+  (tuner.model.predict; imported on first need, so only then torch);
 - `default`: DEFAULT_CONFIGS[op], where nothing above can run the key.
 
 A key answered by the default, or by cuBLAS for want of any entry of its op and dtype, gets
@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 import yaml
 
-from tuner.bucketing import KEY_FIELDS, BucketingError, bucket_key
+from tuner.bucketing.strategies import KEY_FIELDS, BucketingError, bucket_key
 from tuner.space import config_signature
 
 ENV_VAR = "TUNE_CONFIG"
@@ -285,7 +285,7 @@ def _key_gemm(key: Mapping):
     no pointer, so the pointers count as 16-byte aligned (a meta tensor's is 0); the
     dispatcher checks the call itself. _layout reads a row stride that is neither 1 nor the
     row's length (a slice of a wider matrix) as a transposed operand; here it is kept."""
-    from tuner.execution import meta_gemm
+    from tuner.execution.measure import meta_gemm
 
     gemm = meta_gemm(_shape_of(key))
     return gemm.with_operands(_row_strided(gemm.a, key["stride_am"]),
@@ -411,13 +411,13 @@ def _fastest_predicted(device_name: str | None
     fastest, or the variation predicted fastest where that is VARIATION_MARGIN faster still;
     None when the model cannot be imported.
 
-    Predictions are the analytical model's (tuner.model), calibrated by the measurements of
+    Predictions are the analytical model's (tuner.model.predict), calibrated by the measurements of
     the buckets the candidates came from (`measured`, per bucket): how much the model
     overrates a tile against cuBLAS changes slowly with the shape, and a neighbour's
     measurement says how much it did there.
     """
     try:
-        from tuner.model import predicted_or_inf
+        from tuner.model.predict import predicted_or_inf
         from tuner.shapes import Shape
         from tuner.suggest import suggest_device
     except ImportError:
@@ -477,7 +477,7 @@ def _model_picker(op: str, configs: list[Mapping], device_name: str | None,
     """
     try:
         from tuner.kernels import KERNELS, kernel_variants
-        from tuner.model import rank_configs
+        from tuner.model.predict import rank_configs
         from tuner.space import builtin_spaces
         from tuner.suggest import suggest_device
     except ImportError:

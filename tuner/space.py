@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from tuner.bucketing import KEY_FIELDS, STRATEGY_FORMS, BucketingError, strategy_function
+from tuner.bucketing.strategies import KEY_FIELDS, STRATEGY_FORMS, BucketingError, strategy_function
 from tuner.errors import UserError
 
 # Parameters of every kernel rather than of one variant's Triton code: which variant runs,

@@ -1,7 +1,7 @@
 """`tune suggest`: the analytical model's config per shape, with no GPU and no trials.
 
 For a deployment that cannot tune yet (no GPU at hand, a new model to ship today), the model
-(tuner.model) ranks every feasible config of each bucketed key's search space for its
+(tuner.model.predict) ranks every feasible config of each bucketed key's search space for its
 representative shape, and the best-ranked one is exported like a tuned winner, in either
 format, with the prediction as provenance instead of measurements.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 import triton
 
-from tuner.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
+from tuner.execution.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
 from tuner.export import Pick
 from tuner.kernels import KERNELS
-from tuner.model import DeviceSpec, device_spec, predicted_tflops, rank_configs
-from tuner.planning import KeyPlan
+from tuner.model.predict import DeviceSpec, device_spec, predicted_tflops, rank_configs
+from tuner.search.planning import KeyPlan
 from tuner.space import SearchSpace
 
 DEFAULT_DEVICE = "NVIDIA H100 80GB HBM3"
@@ -25,7 +25,7 @@ def named_device(name: str | None) -> DeviceInfo:
 
     A name the model does not know is modelled as a Hopper part with 132 SMs."""
     if name is None and torch.cuda.is_available():
-        from tuner.backends import gpu_backend
+        from tuner.execution.backends import gpu_backend
         return gpu_backend(0).info
     return DeviceInfo(name=name or DEFAULT_DEVICE, compute_capability="9.0", sm_count=132,
                       smem_per_block=HOPPER_SMEM_PER_BLOCK, driver="none", cuda="none",

@@ -2,8 +2,8 @@
 
 For each hold-out shape, the config the runtime would launch (tuner.runtime.get_tuned_config
 on the table, then what the dispatcher does with it) is timed side by side with the winner of
-a fresh short tune of that very shape (tuner.cross_timing). The regret, runtime time / tuned
-time - 1, says how much a deployment loses on the shape by not having tuned it.
+a fresh short tune of that very shape (tuner.execution.cross_timing). The regret, runtime
+time / tuned time - 1, says how much a deployment loses on the shape by not having tuned it.
 """
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.bucket_search import weighted_geomean_regret
-from tuner.bucketing_job import percent
-from tuner.cross_timing import SideBySide
+from tuner.bucketing.job import percent
+from tuner.bucketing.search import weighted_geomean_regret
 from tuner.dispatch import runnable_config
-from tuner.execution import meta_gemm
+from tuner.execution.cross_timing import SideBySide
+from tuner.execution.measure import meta_gemm
 from tuner.kernels import kernel_for
 from tuner.kernels.base import config_label
 from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config

@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tuner.db.store import Store
-from tuner.execution import TrialResult
-from tuner.executor import Executor
+from tuner.execution.executor import Executor
+from tuner.execution.measure import TrialResult
 from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
-from tuner.model import device_spec
+from tuner.model.predict import device_spec
 from tuner.objective import call_ms
-from tuner.planning import KeyPlan
-from tuner.search import StudyBudget, StudyRunner
+from tuner.search.planning import KeyPlan
+from tuner.search.study import StudyBudget, StudyRunner
+from tuner.search.warmstart import library_configs, merged, model_configs, nearest_winner_configs
 from tuner.space import SearchSpace
-from tuner.warmstart import library_configs, merged, model_configs, nearest_winner_configs
 
 CLAIM_LEASE_S = 300.0
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuner.dispatch import runnable_config
-from tuner.execution import meta_gemm
-from tuner.executor import Executor
+from tuner.execution.executor import Executor
+from tuner.execution.measure import meta_gemm
 from tuner.kernels.base import Kernel
 from tuner.objective import GRAPH
 from tuner.shapes import Shape

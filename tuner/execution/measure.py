@@ -3,11 +3,12 @@
 `ShapeBench` owns the inputs of one shape: timing inputs (several equivalent sets when the
 problem is small, so rotating through them keeps it out of L2), separate inputs for the
 correctness check, and the float64 reference. The module-level `*_task` functions are what
-the tuner sends to a device worker (tuner.workers); the worker keeps the bench of its current
+the tuner sends to a device worker
+(tuner.execution.workers); the worker keeps the bench of its current
 shape between tasks.
 
-A trial measures a config twice on the same inputs: its device time (tuner.timing), and its
-call as the dispatcher makes it, back to back (host µs and ms per call through a final
+A trial measures a config twice on the same inputs: its device time (tuner.execution.timing),
+and its call as the dispatcher makes it, back to back (host µs and ms per call through a final
 synchronize), so that a study can optimise either (tuner.objective).
 """
 from __future__ import annotations
@@ -18,14 +19,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from tuner.backends import Backend, backend_in_worker
 from tuner.dtypes import DTYPES
-from tuner.kernels import KERNELS
-from tuner.kernels.base import Gemm, Kernel
-from tuner.kernels.launches import prepare
-from tuner.objective import GRAPH
-from tuner.shapes import Shape
-from tuner.timing import (
+from tuner.execution.backends import Backend, backend_in_worker
+from tuner.execution.timing import (
     CallLoop,
     Timing,
     call_loop,
@@ -33,7 +29,12 @@ from tuner.timing import (
     retime_interleaved,
     time_calls,
 )
-from tuner.workers import is_sticky_cuda_error, one_line
+from tuner.execution.workers import is_sticky_cuda_error, one_line
+from tuner.kernels import KERNELS
+from tuner.kernels.base import Gemm, Kernel
+from tuner.kernels.launches import prepare
+from tuner.objective import GRAPH
+from tuner.shapes import Shape
 
 # Small problems get this many bytes of rotating input sets (a few times any Hopper L2),
 # so that timed runs read operands from device memory, as they would in a model.
@@ -222,7 +223,7 @@ def _bench_for(shape: Shape, seed: int) -> ShapeBench:
 def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict) -> TrialResult:
     """A trial's result, whatever the config does short of poisoning the CUDA context.
 
-    A sticky CUDA error is re-raised: the worker reports it and exits (tuner.workers).
+    A sticky CUDA error is re-raised: the worker reports it and exits (tuner.execution.workers).
     """
     try:
         return _bench_for(shape, seed).run(kernel_name, config)

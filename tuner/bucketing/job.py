@@ -1,17 +1,18 @@
 """The `tune buckets` job: the listed shapes' own winners, every shape timed with the winners
-it could share, the strategy search (tuner.bucket_search), and the decision stored.
+it could share, the strategy search (tuner.bucketing.search), and the decision stored.
 
-Timings are per shape: all the configs a shape needs are timed together (tuner.cross_timing)
-and stored as they finish; a shape whose needed configs are all in the database already is
-not measured again, so a second search over other candidates or another budget is free.
+Timings are per shape: all the configs a shape needs are timed together
+(tuner.execution.cross_timing) and stored as they finish; a shape whose needed configs are all
+in the database already is not measured again, so a second search over other candidates or
+another budget is free.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from tuner.bucket_search import Member, SearchResult, Times, signature
-from tuner.bucketing import bucket_key
+from tuner.bucketing.search import Member, SearchResult, Times, signature
+from tuner.bucketing.strategies import bucket_key
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store, params_key
 from tuner.errors import UserError
@@ -61,7 +62,7 @@ def gather_times(store: Store, device: Device, kernel_row: KernelVersion,
                  timer: Callable[[Shape, list[dict]], list],
                  on_shape: Callable[[Shape], None] = lambda shape: None) -> Times:
     """Every needed (shape, config) time: from the database where the shape has them all,
-    else timed side by side now (timer: tuner.cross_timing.time_side_by_side bound to an
+    else timed side by side now (timer: tuner.execution.cross_timing.time_side_by_side bound to an
     executor and kernel) and stored config by config."""
     times: dict[tuple, float | None] = {}
     for shape, configs in needed.items():

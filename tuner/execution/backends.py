@@ -56,8 +56,8 @@ class Backend:
         return self.name == "gpu"
 
     def time(self, launch: Callable[[int], None], n_sets: int):
-        """A tuner.timing.Timing of launch(i) over the n_sets equivalent input sets."""
-        from tuner.timing import time_cpu, time_gpu
+        """A tuner.execution.timing.Timing of launch(i) over the n_sets equivalent input sets."""
+        from tuner.execution.timing import time_cpu, time_gpu
         return time_gpu(launch, n_sets) if self.gpu else time_cpu(launch, n_sets)
 
     def synchronize(self) -> None:

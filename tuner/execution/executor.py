@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tuner import execution
-from tuner.backends import DeviceInfo
-from tuner.execution import TrialResult
+from tuner.execution import measure as execution
+from tuner.execution.backends import DeviceInfo
+from tuner.execution.measure import TrialResult
+from tuner.execution.timing import Timing
+from tuner.execution.workers import TaskFailed, Worker, WorkerLost
 from tuner.shapes import Shape
-from tuner.timing import Timing
-from tuner.workers import TaskFailed, Worker, WorkerLost
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class ExecutorOptions:
 
 
 # Workers import these as they start, before their first task arrives.
-_PRELOAD = ("tuner.execution",)
+_PRELOAD = ("tuner.execution.measure",)
 # Compile workers run this much nicer than the device workers: a core they kept busy would
 # slow the host path of the calls a device worker times (host_us and loop_ms of a trial).
 COMPILE_NICENESS = 10

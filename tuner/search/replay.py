@@ -25,12 +25,12 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from tuner.backends import DeviceInfo
 from tuner.errors import UserError
-from tuner.execution import meta_gemm
+from tuner.execution.backends import DeviceInfo
+from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS, kernel_variants
-from tuner.samplers import make_sampler
-from tuner.search import ASKS_PER_TRIAL
+from tuner.search.samplers import make_sampler
+from tuner.search.study import ASKS_PER_TRIAL
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature, parse_space
 
@@ -107,7 +107,7 @@ def recording_from_store(store, device) -> tuple[Recording, list[str]]:
 # -- strategies ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Strategy:
-    """A sampler (tuner.samplers), or None for the model's ranking alone, and whether the
+    """A sampler (tuner.search.samplers), or None for the model's ranking alone, and whether the
     study first tries the model's top configs (as `tune run` does)."""
     name: str
     sampler: str | None
@@ -128,7 +128,7 @@ STRATEGIES = {s.name: s for s in (
 
 def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int) -> list[dict]:
     """The analytical model's k best configs of the recorded space, best first."""
-    from tuner.model import device_spec, rank_configs
+    from tuner.model.predict import device_spec, rank_configs
 
     return [config for _, config in rank_configs(
         recording.shape, recording.space, KERNELS[recording.kernel], device_spec(device),
@@ -205,8 +205,8 @@ def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, tr
     the model's top tile shapes). Replays run in `jobs` processes."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from tuner.model import device_spec
-    from tuner.warmstart import model_configs
+    from tuner.model.predict import device_spec
+    from tuner.search.warmstart import model_configs
 
     spec = device_spec(recording.device)
     tasks = []

@@ -1,13 +1,13 @@
 """Which shapes share a config: per-bucket choice, regrets, and the search over strategies.
 
-A strategy assignment gives each key field a bucketing strategy (tuner.bucketing); listed
+A strategy assignment gives each key field a bucketing strategy (tuner.bucketing.strategies); listed
 shapes whose bucketed keys match share a bucket, and a bucket ships one config. A shape that
 runs a bucket-mate's config instead of its own winner loses
 
     regret = time with the shared config / time with its own winner - 1.
 
-Given each shape's time with every config it could share (tuner.cross_timing measures them),
-this module picks each bucket's config, the one whose worst weighted regret over the members
+Given each shape's time with every config it could share (tuner.execution.cross_timing measures
+them), this module picks each bucket's config, the one whose worst weighted regret over the members
 is least; scores an assignment by its buckets, geometric-mean regret and worst regret; and
 searches the assignments for the smallest table within the user's regret budget, returning the
 Pareto table of the others. Pure computation: no GPU, no database.
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tuner.bucketing import BUILTIN_STRATEGIES, KEY_FIELDS, strategy_function
+from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, strategy_function
 from tuner.errors import UserError
 from tuner.shapes import Shape
 from tuner.space import config_signature as signature

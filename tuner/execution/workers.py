@@ -117,7 +117,7 @@ class Worker:
 
         fn must be importable by name (a module-level function) and its args picklable.
         `timeout` may be a function, asked again every POLL_S while the task runs: a limit
-        that tightens as the caller learns more (tuner.executor's straggler rule).
+        that tightens as the caller learns more (tuner.execution.executor's straggler rule).
         """
         limit = timeout if callable(timeout) else lambda: timeout
         self.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.bucketing import KEY_FIELDS, bucket_key
+from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 

@@ -1,6 +1,6 @@
 """What `tune replay` prints and draws: the curves per strategy, the goal, the model's quality.
 
-Kept apart from the replays themselves (tuner.replay) so that the numbers can be computed
+Kept apart from the replays themselves (tuner.search.replay) so that the numbers can be computed
 without matplotlib, an optional extra needed only for `--plot`.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from tuner.model import DeviceSpec, fastest_of
-from tuner.replay import Recording, ReplayError, ShapeRecording, median_curve, model_ranking
+from tuner.model.predict import DeviceSpec, fastest_of
+from tuner.search.replay import Recording, ReplayError, ShapeRecording, median_curve, model_ranking
 from tuner.shapes import Shape
 from tuner.space import config_signature
 

@@ -6,12 +6,12 @@ from collections import Counter
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tuner.execution import TrialResult
-from tuner.planning import KeyPlan
+from tuner.execution.measure import TrialResult
+from tuner.search.planning import KeyPlan
 
 
 class RichReporter:
-    """Implements tuner.pipeline.Reporter with rich progress bars on stderr."""
+    """Implements tuner.search.pipeline.Reporter with rich progress bars on stderr."""
 
     def __init__(self, total_keys: int, console: Console | None = None):
         self.console = console or Console(stderr=True)

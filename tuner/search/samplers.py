@@ -10,7 +10,7 @@ only samplers that handle categorical, conditional spaces are offered:
 - `random`: the baseline every other strategy must beat.
 CMA-ES is left out: it models only numeric parameters, so on these spaces Optuna's
 CmaEsSampler would draw every parameter from its random fallback, i.e. `random`.
-`tune replay` compares them on recorded timings (tuner.replay).
+`tune replay` compares them on recorded timings (tuner.search.replay).
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ seeded, with the constant liar so that the configs in flight at once spread out;
 draws the variant first and then only that variant's parameters (SearchSpace.suggest). Configs
 known to fail for this specialization are skipped without compiling or timing, and configs
 found infeasible before compiling do not count against the trial budget. A new study first
-tries the configs it is given to warm-start from (tuner.warmstart), and a study may stop early
-once `patience` trials in a row bring no improvement. At the end the top configs are re-timed
+tries the configs it is given to warm-start from (tuner.search.warmstart), and a study may stop
+early once `patience` trials in a row bring no improvement. At the end the top configs are re-timed
 side by side, and the winner is the best of that re-timing.
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
@@ -27,14 +27,14 @@ from optuna.trial import TrialState
 
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
 from tuner.db.store import Store, params_key
-from tuner.execution import TrialResult, meta_gemm
-from tuner.executor import Executor
+from tuner.execution.executor import Executor
+from tuner.execution.measure import TrialResult, meta_gemm
+from tuner.execution.timing import Timing, is_tie
 from tuner.kernels.base import Kernel, specialization
 from tuner.objective import DEFAULT_LAUNCH, EAGER, GRAPH, call_ms, call_tflops, eligible
-from tuner.samplers import DEFAULT_SAMPLER, make_sampler
+from tuner.search.samplers import DEFAULT_SAMPLER, make_sampler
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
-from tuner.timing import Timing, is_tie
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -57,7 +57,7 @@ class StudyBudget:
     batch: int = 8  # configs in flight at once: compiling, or compiled and awaiting measure
     # Stop once this many trials in a row improved the best by no more than IMPROVEMENT.
     patience: int | None = None
-    sampler: str = DEFAULT_SAMPLER  # tuner.samplers
+    sampler: str = DEFAULT_SAMPLER  # tuner.search.samplers
     # Measure every feasible config of the study's space, in order, whatever `trials` says:
     # a recording for `tune replay`.
     exhaustive: bool = False
@@ -100,7 +100,7 @@ class StudyRunner:
         # The study's own view of the space: a pad that leaves this shape as it is would only
         # produce infeasible proposals (on an aligned shape, most of them), so it is not offered.
         self.space = kernel.study_space(space, self.meta_gemm)
-        # Configs a new study tries first (tuner.warmstart), those this study can propose;
+        # Configs a new study tries first (tuner.search.warmstart), those this study can propose;
         # an exhaustive study tries all of its feasible configs, and only those.
         self.warm_start = [c for c in warm_start if self.space.holds(c)]
         if budget.exhaustive:

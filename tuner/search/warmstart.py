@@ -6,7 +6,7 @@ enqueues (Optuna's enqueue_trial) the winning configs of the nearest tuned keys 
 device, with the same kernel source and dtype, nearest first by distance in log M, N, K.
 Only configs the study's space holds are kept: a winner from another space may have values
 this one does not search. After them come the analytical model's top configs for the shape
-(tuner.model), so even the first shape ever tuned starts from plausible tiles rather than
+(tuner.model.predict), so even the first shape ever tuned starts from plausible tiles rather than
 from the sampler's random start-up trials. Before all of them comes each library variant the
 space holds (cuBLAS): one config, the baseline every answer must beat, always measured.
 """
@@ -72,8 +72,8 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
     """The model's best config of each of its `count` best tile shapes (none for variants it
     does not know). Scores the study's whole space, seconds for the built-in mm space: the
     pipeline computes these in the background while earlier studies run."""
-    from tuner.execution import meta_gemm
-    from tuner.model import rank_configs
+    from tuner.execution.measure import meta_gemm
+    from tuner.model.predict import rank_configs
 
     study_space = kernel.study_space(space, meta_gemm(shape))
     return [config for _, config in rank_configs(shape, study_space, kernel, spec, smem_limit,

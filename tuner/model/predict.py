@@ -43,10 +43,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
 
-from tuner.backends import DeviceInfo
 from tuner.dtypes import DTYPES
+from tuner.execution.backends import DeviceInfo
 from tuner.kernels.base import MAX_REGS_PER_THREAD
-from tuner.mma import TileOperands, uses_wgmma
+from tuner.kernels.mma import TileOperands, uses_wgmma
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 
@@ -851,7 +851,7 @@ def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
     keeps the 300,000-config mm space to a few seconds. Without k every config is checked
     (several seconds more). Variants the model does not know are left out.
     """
-    from tuner.execution import meta_gemm  # imports the Triton kernels: not at module level
+    from tuner.execution.measure import meta_gemm  # imports the Triton kernels: not at module level
 
     gemm = meta_gemm(shape)
     limit = smem_limit or spec.smem_per_block
