@@ -113,11 +113,11 @@ def _load(path: str) -> dict:
 
 
 def report(args) -> None:
+    from tuner.model.named_devices import named_spec
     from tuner.model.predict import predict_ms
-    from tuner.suggest import suggest_device
 
     doc = _load(args.candidates)
-    spec = suggest_device(doc["device"])[1]
+    spec = named_spec(doc["device"])
     tables = _table_pools(args.table)
     pools = {**{name: [name] for name in tables}, "all tables": list(tables)}
     only = {str(s) for f in args.shapes for s in load_shapes(f)} if args.shapes else None
@@ -149,11 +149,11 @@ def report(args) -> None:
 
 
 def order(args) -> None:
+    from tuner.model.named_devices import named_spec
     from tuner.model.predict import predicted_or_inf
-    from tuner.suggest import suggest_device
 
     doc = _load(args.candidates)
-    spec = suggest_device(doc["device"])[1]
+    spec = named_spec(doc["device"])
     pairs = [[0, 0, []] for _ in GAP_EDGES]  # per gap: pairs, ordered as measured, ratios
     for label, row in doc["shapes"].items():
         shape = Shape.from_label(label)

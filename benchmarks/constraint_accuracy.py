@@ -60,7 +60,7 @@ def sample(shape: Shape, per_group: int, smem_limit: int, rng: random.Random) ->
     """(variant, group, estimated smem, config) for each sampled config of the shape."""
     kernel, gemm = KERNELS["mm"], meta_gemm(shape)
     mm_space = builtin_spaces(kernel_variants())["mm"]
-    space = kernel.study_space(mm_space, gemm)
+    space = mm_space.for_call(gemm)
     pools = defaultdict(list)
     for config in space.configs():
         if config["pad"]:

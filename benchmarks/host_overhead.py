@@ -83,8 +83,8 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=41)
     args = parser.parse_args(argv)
-    from tuner import dispatch
     from tuner.kernels.base import config_label
+    from tuner.runtime import dispatch
     props = torch.cuda.get_device_properties(0)
     print(f"# host time per call — {props.name}, torch {torch.__version__}, triton "
           f"{triton.__version__}, {datetime.now(timezone.utc):%Y-%m-%d}\n")

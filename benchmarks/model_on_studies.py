@@ -47,12 +47,12 @@ def extract(args) -> None:
 
 
 def report(args) -> None:
+    from tuner.model.named_devices import named_spec
     from tuner.search.replay_report import model_pick_among
-    from tuner.suggest import suggest_device
 
     with gzip.open(args.studies, "rt") as f:
         doc = json.load(f)
-    spec = suggest_device(doc["device"])[1]
+    spec = named_spec(doc["device"])
     listed = {str(s) for s in load_shapes(args.shapes)} if args.shapes else set()
     rows = sorted(((model_pick_among(Shape.from_label(s["shape"]), s["trials"], spec), s)
                    for s in doc["studies"]), key=lambda row: row[0])

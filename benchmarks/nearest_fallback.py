@@ -1,5 +1,5 @@
 """How well the runtime answers shapes that were never tuned, and how many nearest buckets the
-model should choose among (tuner.runtime.NEAREST_BUCKETS).
+model should choose among (tuner.runtime.fallback.NEAREST_BUCKETS).
 
     # on the GPU, once: every listed and hold-out shape timed with every winner of its
     # kernel and dtype, and every listed shape's alternates (the winners of both CSVs must be
@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tuner import runtime
 from tuner.bucketing.search import signature, weighted_geomean_regret
+from tuner.runtime import fallback
 from tuner.shapes import Shape
 
 NEAREST_COUNTS = (1, 2, 3, 4, 5, 6, 8, 12)
@@ -88,7 +89,7 @@ def measure(args) -> None:
 def _table(path: Path, rows: dict, device: str, alternates: bool) -> Path:
     """An exact table (one row per listed shape) of the given shapes' winners, and their
     alternates if asked."""
-    from tuner.export import write_atomic
+    from tuner.runtime.table import write_atomic
 
     ops: dict[str, dict] = {}
     for label, row in rows.items():
@@ -117,7 +118,7 @@ def _answers(shapes: dict, device: str, k: int, alternates: bool,
     """Per question (leave-one-out, hold-out): the regrets, and the shapes left unanswered."""
     from tuner.validate import runtime_pick
 
-    runtime.NEAREST_BUCKETS = k
+    fallback.NEAREST_BUCKETS = k
     listed = {label: row for label, row in shapes.items() if row["listed"]}
     questions = {"leave-one-out": [(label, {o: r for o, r in listed.items() if o != label})
                                    for label in listed],

@@ -28,7 +28,7 @@ from tuner.db.models import (
     Winner,
     utcnow,
 )
-from tuner.execution.backends import DeviceInfo
+from tuner.devices import DeviceInfo
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 

@@ -9,7 +9,7 @@ import importlib
 import os
 from pathlib import Path
 
-from tuner.kernels.base import Kernel
+from tuner.kernels.base import KERNELS, Kernel
 from tuner.kernels.cublas import CUBLAS
 from tuner.kernels.gemv import GEMV
 from tuner.kernels.general import GENERAL
@@ -21,10 +21,12 @@ _HERE = Path(__file__).parent
 _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainloop.py",
                                           "padding.py", "workspace.py", "launches.py"))
 
-KERNELS: dict[str, Kernel] = {
+# The registry (the dict lives in kernels/base.py, which labels configs by it). A new variant
+# is listed here, in each kernel that offers it.
+KERNELS.update({
     "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, SPLITK, CUBLAS), _SHARED),
     "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK, CUBLAS), _SHARED),
-}
+})
 
 # Kernels from elsewhere: TUNE_KERNEL_MODULES=pkg.mod,... names modules that each define
 # KERNEL, registered under KERNEL.name (replacing a built-in of that name). Worker processes

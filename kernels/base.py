@@ -8,8 +8,12 @@ variant: the kernel copies unaligned operands into aligned buffers first (kernel
 
 The tuner never touches a Triton kernel directly. It asks a `Kernel` for the parameters of
 each variant, checks a config with `feasible` before paying for a compile, compiles it with
-`compile` (in a worker process, on meta tensors) and runs it with `launch`. Adding a variant
-means adding one module that builds one `Variant` and listing it in kernels/__init__.py.
+`compile` (in a worker process, on meta tensors) and runs it with `launch`. A `Variant` also
+says what the rest of the tuner needs to know of it: its parameters' short names for labels,
+its FlagGems op for expand exports, how its loads are fed and its programs scheduled (for the
+runtime's variations), and its term in the analytical model (tuner.model.predict). Adding a
+variant means adding one module that builds one `Variant`, listing it in kernels/__init__.py
+and giving its parameters values in a search-space YAML (search_spaces/).
 """
 from __future__ import annotations
 
@@ -25,24 +29,25 @@ import torch
 
 from tuner.kernels.mma import TileOperands
 from tuner.kernels.padding import pad_changes_nothing, padded_operands, run_padded
-from tuner.space import KERNEL_PARAMS, SearchSpace
+from tuner.model.tiles import MAX_REGS_PER_THREAD
 
 if TYPE_CHECKING:
     from tuner.kernels.launches import Repeated
+    from tuner.model.predict import DeviceSpec
+    from tuner.model.tiles import Operands
 
 Config = Mapping[str, "int | str"]
 SPECIALIZED_FIELDS = ("M", "N", "K", "stride_am", "stride_bk")
-# The parameters of a plain tile GEMM, which the tile variants share.
+# Parameters of every kernel rather than of one variant's Triton code: which variant runs,
+# and the padding applied before it (kernels/padding.py).
+KERNEL_PARAMS = ("variant", "pad")
+# The parameters of a plain tile GEMM, which the tile variants share, and their short names
+# in config labels.
 TILE_PARAMS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")
-# 32-bit registers one thread may hold (every NVIDIA GPU since Kepler); past it, the compiler
-# spills to local memory.
-MAX_REGS_PER_THREAD = 255
+TILE_SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
+                    "num_stages": "s", "num_warps": "w"}
 # The smallest tile side tl.dot accepts (a tensor-core MMA is at least 16 wide).
 MIN_DOT_TILE = 16
-
-_SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M": "G",
-                "num_stages": "s", "num_warps": "w", "SPLIT_K": "SK",
-                "WARP_SPECIALIZE": "ws", "EPILOGUE_SUBTILE": "subtile", "FLATTEN": "flat"}
 
 
 def specialization(key: Mapping[str, object]) -> str:
@@ -61,10 +66,15 @@ def specialization(key: Mapping[str, object]) -> str:
 
 
 def config_label(config: Config) -> str:
-    """A config in one short line for tables and logs: 'tma BM128 BN256 BK64 G8 s3 w8 pad64'."""
+    """A config in one short line for tables and logs: 'tma BM128 BN256 BK64 G8 s3 w8 pad64'.
+
+    Parameters go by their variant's short names (Variant.short_names); a config of no
+    registered variant by those of every registered variant."""
+    variants = [v for kernel in KERNELS.values() for v in kernel.variants]
+    own = [v for v in variants if v.name == config.get("variant")][:1]
+    short = {k: s for v in (own or variants) for k, s in v.short_names.items()}
     parts = [str(config["variant"])] if "variant" in config else []
-    parts += [f"{_SHORT_NAMES.get(k, k)}{v}" for k, v in config.items()
-              if k not in KERNEL_PARAMS]
+    parts += [f"{short.get(k, k)}{v}" for k, v in config.items() if k not in KERNEL_PARAMS]
     if config.get("pad"):
         parts.append(f"pad{config['pad']}")
     return " ".join(parts)
@@ -136,6 +146,29 @@ class Variant:
     # For a library variant: makes what serves one signature's repeated user calls (a
     # kernels.launches.Repeated calling the library, with no output allocation of ours).
     library_calls: Callable[[], Repeated] | None = field(default=None, repr=False)
+    # Short names of its parameters in config labels ("BLOCK_M": "BM"); a parameter without
+    # one is labelled by its own name.
+    short_names: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # The FlagGems op its configs export under in expand exports (tuner.export); None: the
+    # kernel's own name for it, "<kernel>_<variant>" (a plugin kernel's variants).
+    expand_op: str | None = None
+    # What it is, where FlagGems has no op for it (cublas: "a cuBLAS call through torch"):
+    # expand exports leave its picks out and say why. None: it has an op.
+    no_expand_op: str | None = None
+    # Whether TMA feeds its K loop (descriptor loads, no pointer arithmetic): the runtime may
+    # re-choose such a pipeline's depth for a nearby key.
+    tma_fed: bool = False
+    # Whether it runs one program per SM, looping over the output tiles (a persistent
+    # kernel), rather than a program per tile.
+    program_per_sm: bool = False
+    # model_seconds(operands, config, smem_bytes, spec): its term in the analytical model
+    # (tuner.model.predict), the seconds of one config's launches on the (padded) operands
+    # (a tuner.model.tiles.Operands) on the device (a tuner.model.predict.DeviceSpec), or
+    # math.inf where it cannot run them; smem_bytes() gives the shared memory one program
+    # uses (the `smem_bytes` estimate, worked out only if asked for). None: the model does
+    # not know the variant (predict_ms raises ValueError).
+    model_seconds: Callable[[Operands, Mapping, Callable[[], int], DeviceSpec], float] | None = (
+        field(default=None, repr=False))
 
 
 @dataclass(frozen=True)
@@ -198,17 +231,10 @@ class Kernel:
         variant = self.variant[config["variant"]]
         return variant.unsupported(gemm, {p: config[p] for p in variant.params})
 
-    @staticmethod
-    def study_space(space: SearchSpace, gemm: Gemm) -> SearchSpace:
-        """What a study of this call searches (and the model ranks for it): `space` with only
-        the pads that change the call's operands (0, no padding, always), since every config
-        with another pad is infeasible (see `feasible`)."""
-        return space.narrowed(pad=tuple(p for p in space.params["pad"]
-                                        if not p or not pad_changes_nothing(gemm, p)))
-
-    def feasible_configs(self, space: SearchSpace, gemm: Gemm, smem_limit: int) -> list[dict]:
-        """Every config of `space` that passes `feasible` for this call, in the space's order:
-        what an exhaustive study measures."""
+    def feasible_configs(self, space, gemm: Gemm, smem_limit: int) -> list[dict]:
+        """Every config of `space` (a tuner.space.SearchSpace: anything with `configs()`) that
+        passes `feasible` for this call, in the space's order: what an exhaustive study
+        measures."""
         return [c for c in space.configs() if self.feasible(c, gemm, smem_limit) is None]
 
     def feasible(self, config: Config, gemm: Gemm, smem_limit: int) -> str | None:
@@ -233,3 +259,8 @@ class Kernel:
         if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
             return f"pad {config['pad']}: the operands are already aligned to it"
         return self.unsupported(config, gemm)
+
+
+# The kernels by the names stored in the database and exported tables: filled, and exported,
+# by kernels/__init__.py (here so that config_label reads it without importing the package).
+KERNELS: dict[str, Kernel] = {}

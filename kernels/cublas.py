@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from tuner.kernels import cublas_cost
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import Repeated
 
@@ -115,4 +116,6 @@ CUBLAS = Variant(
     replayable=lambda tunables: False,
     takes_pad=False,
     library_calls=TorchCalls,
+    no_expand_op="a cuBLAS call through torch",
+    model_seconds=cublas_cost.seconds,
 )

@@ -13,6 +13,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
+from tuner.kernels import gemv_cost
 from tuner.kernels._launch import (
     cdiv,
     epilogue_args,
@@ -21,7 +22,7 @@ from tuner.kernels._launch import (
     wrap_point,
 )
 from tuner.kernels._mainloop import wrapped_indices
-from tuner.kernels.base import Gemm, Variant
+from tuner.kernels.base import TILE_SHORT_NAMES, Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands
 
@@ -117,4 +118,8 @@ GEMV = Variant(
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
+    short_names={p: TILE_SHORT_NAMES[p] for p in ("BLOCK_M", "BLOCK_K", "num_stages",
+                                                  "num_warps")},
+    expand_op="gemv",
+    model_seconds=gemv_cost.seconds,
 )

@@ -12,6 +12,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
+from tuner.kernels import general_cost
 from tuner.kernels._epilogue import apply_epilogue
 from tuner.kernels._launch import (
     dot_options,
@@ -22,7 +23,7 @@ from tuner.kernels._launch import (
     wrap_point,
 )
 from tuner.kernels._mainloop import accumulate_k_steps, grouped_tile, wrapped_indices
-from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
+from tuner.kernels.base import TILE_PARAMS, TILE_SHORT_NAMES, Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import pipeline_smem_bytes
 
@@ -88,4 +89,9 @@ GENERAL = Variant(
     launch=launch,
     smem_bytes=pipeline_smem_bytes,
     source_path=Path(__file__),
+    short_names=TILE_SHORT_NAMES,
+    # FlagGems' mm_general_tma op covers the pointer and the TMA paths (it takes TMA whenever
+    # strides allow), so the general, tma and persistent variants all export to it.
+    expand_op="mm_general_tma",
+    model_seconds=general_cost.seconds,
 )

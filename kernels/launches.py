@@ -362,7 +362,7 @@ class Replay:
 
 class Repeated:
     """A repeated user call of one signature, as the dispatcher serves it once validated
-    (tuner.dispatch): `linear(x, weight, bias)` and `matmul(a, b, out, scale_a, scale_b)`,
+    (tuner.runtime.dispatch): `linear(x, weight, bias)` and `matmul(a, b, out, scale_a, scale_b)`,
     each returning the result. Tuning times `matmul` as the cost of a call (Prepared.
     as_repeated), so that what it measures is what a deployment runs."""
     # Whether it reads the operands where the recorded call's launches read them: a linear

@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tuner.kernels import tma
+from tuner.kernels import persistent_cost, tma
 from tuner.kernels._launch import tile_count
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import Gemm, Variant
@@ -145,9 +145,9 @@ def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
     loop it double-buffers the staged output (Blackwell does not; nor do mma.sync tiles).
     Triton 3.6 and 3.9 report, for fp16, 3 stages on sm_90: 131096 bytes for 128×128×64
     (98304 + 32768 + barriers), 114712 subtiled, and 106592 for a warp-specialized 64×128×64
-    (73728 + 2 × 16384 + barriers). Against 250 compiles on an H200 it refused 3 configs that
-    fit and accepted none that did not; it underestimates small FLATTEN + EPILOGUE_SUBTILE
-    tiles by up to half, far below the limit."""
+    (73728 + 2 × 16384 + barriers). Against Triton's figures (benchmarks/constraint_accuracy.py)
+    it refuses a few configs that fit and accepts none that do not; it underestimates small
+    FLATTEN + EPILOGUE_SUBTILE tiles by up to half, far below the limit."""
     staged = tma.staging_smem_bytes(tunables, operands.itemsize, _stored_block_n(tunables))
     double_buffered = tunables["WARP_SPECIALIZE"] and uses_wgmma(
         tunables["BLOCK_M"], tunables["num_warps"], operands.tensor_cores)
@@ -163,4 +163,10 @@ PERSISTENT = Variant(
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
+    short_names={**tma.TMA.short_names, "WARP_SPECIALIZE": "ws", "FLATTEN": "flat",
+                 "EPILOGUE_SUBTILE": "subtile"},
+    expand_op="mm_general_tma",  # see GENERAL
+    tma_fed=True,
+    program_per_sm=True,
+    model_seconds=persistent_cost.seconds,
 )

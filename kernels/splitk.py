@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from tuner.kernels import splitk_cost
 from tuner.kernels._epilogue import apply_epilogue
 from tuner.kernels._launch import (
     cdiv,
@@ -34,7 +35,7 @@ from tuner.kernels._launch import (
     wrap_point,
 )
 from tuner.kernels._mainloop import accumulate_k_steps, wrapped_indices
-from tuner.kernels.base import Gemm, Variant
+from tuner.kernels.base import TILE_SHORT_NAMES, Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 from tuner.kernels.workspace import WORKSPACE
@@ -139,8 +140,8 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
 
 
 # Shared memory for the fp32 partial tile's layout change before a wgmma tile stores it:
-# Triton's figures on an H200 reach the whole tile (BLOCK_M × BLOCK_N × 4 bytes) but never
-# more than 64 KiB (benchmarks/results/h200-issue5/constraint_accuracy*.jsonl).
+# Triton's figures reach the whole tile (BLOCK_M × BLOCK_N × 4 bytes) but never more than
+# 64 KiB (benchmarks/constraint_accuracy.py compares them).
 MAX_PARTIAL_SCRATCH_BYTES = 64 * 1024
 
 
@@ -178,4 +179,7 @@ SPLITK = Variant(
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
+    short_names={**TILE_SHORT_NAMES, "SPLIT_K": "SK"},
+    expand_op="mm_splitk",
+    model_seconds=splitk_cost.seconds,
 )

@@ -37,10 +37,11 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from tuner.kernels import tma_cost
 from tuner.kernels._epilogue import apply_epilogue
 from tuner.kernels._launch import dot_options, epilogue_args, tile_count
 from tuner.kernels._mainloop import grouped_tile
-from tuner.kernels.base import TILE_PARAMS, Gemm, Variant
+from tuner.kernels.base import TILE_PARAMS, TILE_SHORT_NAMES, Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands, pipeline_smem_bytes
 from tuner.kernels.padding import is_transposed
@@ -185,7 +186,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
 
 
 # The TMA loads' mbarriers and their alignment: Triton's figures exceed the buffers by 8 to
-# 576 bytes on an H200 (benchmarks/results/h200-issue5/constraint_accuracy.jsonl).
+# 576 bytes (benchmarks/constraint_accuracy.py compares them).
 BARRIER_SMEM_BYTES = 1024
 
 
@@ -213,4 +214,8 @@ TMA = Variant(
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
+    short_names=TILE_SHORT_NAMES,
+    expand_op="mm_general_tma",  # see GENERAL
+    tma_fed=True,
+    model_seconds=tma_cost.seconds,
 )

@@ -37,6 +37,7 @@ def run_args(workdir, trials=6):
             "--backend", "interpret", "--trials", str(trials)]
 
 
+@pytest.mark.slow
 def test_interpret_run_export_show_and_lookup(workdir, monkeypatch):
     result = tune(workdir, *run_args(workdir))
     assert result.exit_code == 0, result.output
@@ -65,6 +66,7 @@ def test_interpret_run_export_show_and_lookup(workdir, monkeypatch):
                                          stride_bk=48)) == entry["config"]
 
 
+@pytest.mark.slow
 def test_search_flags_reach_the_study_budget(workdir, monkeypatch):
     """The flags' effects are tested on scripted timings (test_search, test_replay);
     interpreter timings are too noisy to say when a study stalls, so here only that they
@@ -86,6 +88,7 @@ def test_search_flags_reach_the_study_budget(workdir, monkeypatch):
     assert tune(workdir, *run_args(workdir), "--sampler", "cmaes").exit_code == 2
 
 
+@pytest.mark.slow
 def test_the_launch_flag_picks_what_studies_optimise_and_both_figures_are_stored(workdir):
     """Interpreter figures are wall clock, so which config wins is noise; what each study
     told its sampler is not: TFLOP/s at its own mode's figure, for every trial."""
@@ -114,9 +117,9 @@ def test_the_launch_flag_picks_what_studies_optimise_and_both_figures_are_stored
 
 def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):
     from tuner.kernels import KERNELS
+    from tuner.model.named_devices import named_device
     from tuner.model.predict import device_spec, rank_configs
     from tuner.space import load_space
-    from tuner.suggest import named_device
 
     table = workdir / "suggested.yaml"
     result = CliRunner().invoke(main, [
@@ -136,6 +139,7 @@ def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):
                                          stride_bk=48)) == best
 
 
+@pytest.mark.slow
 def test_retune_runs_again(workdir):
     tune(workdir, *run_args(workdir, trials=2))
     result = tune(workdir, *run_args(workdir, trials=2), "--retune")

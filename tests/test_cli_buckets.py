@@ -33,6 +33,7 @@ def tune(tmp_path, *args):
     return result
 
 
+@pytest.mark.slow
 def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     for name, text in (("shapes.csv", SHAPES), ("holdout.csv", HOLDOUT),
                        ("space.yaml", EXACT_SPACE)):
@@ -91,6 +92,7 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 4
 
 
+@pytest.mark.slow
 def test_interpret_backend_needs_no_environment_variable(tmp_path):
     """`--backend interpret` sets TRITON_INTERPRET itself, so nothing the command imports
     before that (its error handling included) may pull in triton: in a fresh process without

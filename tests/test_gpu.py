@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 import tuner
-from tuner import dispatch, runtime
+from tuner import runtime
 from tuner.cli import main
 from tuner.dtypes import DTYPES
 from tuner.execution.backends import gpu_backend
@@ -16,6 +16,7 @@ from tuner.execution.measure import random_gemm, random_operands, reference, rel
 from tuner.kernels import KERNELS, kernel_for
 from tuner.kernels.base import config_label
 from tuner.kernels.cublas import TorchCalls
+from tuner.runtime import dispatch
 from tuner.shapes import Shape
 
 pytestmark = pytest.mark.gpu

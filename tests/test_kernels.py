@@ -68,7 +68,9 @@ def test_general_matches_reference(mnk, layout, dtype, device):
     (16, 64, 32, 8, 4, 8),  # GROUP_M larger than the number of tile rows
     (64, 32, 64, 3, 2, 4),
 ], ids=param_id)
-@pytest.mark.parametrize("dtype", DTYPES)
+# bf16 in the fast subset; the other dtypes' tile orders are the same code (slow: interpreted).
+@pytest.mark.parametrize("dtype", [d if d == "bf16" else pytest.param(d, marks=pytest.mark.slow)
+                                   for d in DTYPES])
 def test_general_block_configs_and_tile_order(config, dtype, device):
     shape = Shape(97, 83, 96, dtype, "nt")
     assert shape_error(GENERAL, shape, dict(zip(GENERAL.params, config)), device) \
@@ -216,7 +218,8 @@ def test_feasibility_rejects_a_pad_that_changes_nothing_and_a_variant_that_canno
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("pad", [8, 16, 64])
+@pytest.mark.parametrize("pad", [8, pytest.param(16, marks=pytest.mark.slow),
+                                 pytest.param(64, marks=pytest.mark.slow)])
 def test_padded_runs_match_reference_and_reuse_clean_buffers(pad, layout, device, monkeypatch):
     """Two shapes that pad to the same sizes, run alternately: each must keep zero K margins
     (a shared buffer would carry one shape's K columns into the other's product)."""

@@ -1,6 +1,6 @@
 """The analytical performance model (tuner/model/predict.py): device specs, the orderings it must
-get right, monotonicity, feasibility of what it ranks, and a sanity check against the
-exhaustive H200 measurements in /work/shared/anchors. CPU only: nothing is compiled or run.
+get right, monotonicity, feasibility of what it ranks, and a sanity check against exhaustive
+H200 measurements (the anchors, below). CPU only: nothing is compiled or run.
 """
 import math
 from dataclasses import replace
@@ -16,6 +16,7 @@ from tuner.execution.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
 from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS, kernel_for
 from tuner.model import predict as model
+from tuner.model.tiles import TENSOR_EFFICIENCY
 from tuner.shapes import LAYOUTS, Shape
 from tuner.space import builtin_spaces, parse_space
 
@@ -147,7 +148,7 @@ def test_a_large_gemm_runs_near_the_sustained_peak():
     shape = Shape(8192, 8192, 8192, "bf16")
     config = dict(PERSISTENT, BLOCK_N=256)
     tflops = model.predicted_tflops(shape, model.predict_ms(shape, config, H200))
-    assert 0.6 * H200.fp16_tflops < tflops <= model.TENSOR_EFFICIENCY * H200.fp16_tflops
+    assert 0.6 * H200.fp16_tflops < tflops <= TENSOR_EFFICIENCY * H200.fp16_tflops
 
 
 # --- monotonicity -------------------------------------------------------------------------
@@ -249,6 +250,7 @@ def test_a_tile_per_program_on_two_warp_groups_runs_slower_on_a_k_contiguous_b()
             > 1.1 * model.predict_ms(one_wave, dict(wide, variant="tma"), H200))
 
 
+@pytest.mark.slow
 def test_splitk_tops_a_gemm_with_few_output_tiles():
     """256×4096 is 32 tiles of 128×256 for 132 SMs, over a long K: split-K won its 40-trial
     H200 study (4 splits), as it won the hold-out's 200×4096×14336. (At 16×4096×4096 a
@@ -266,6 +268,7 @@ def test_splitk_pays_for_storing_its_partials_after_the_multiplies():
     assert model.predict_ms(shape, persistent, H200) < model.predict_ms(shape, splitk, H200)
 
 
+@pytest.mark.slow
 def test_splitk_does_not_top_a_square_gemm():
     shape = Shape(4096, 4096, 4096, "bf16")
     best_ms, best = _ranked(shape, 50)[0]
@@ -277,6 +280,7 @@ def test_splitk_does_not_top_a_square_gemm():
     assert splitk_ms > best_ms
 
 
+@pytest.mark.slow
 def test_padding_tops_an_unaligned_gemm():
     shape = Shape(4097, 4095, 4100, "bf16")
     best_ms, best = _ranked(shape, 50)[0]
@@ -286,6 +290,7 @@ def test_padding_tops_an_unaligned_gemm():
     assert unpadded_ms > 2 * best_ms  # measured: ~3.5× (anchors: 506 vs 149 TF/s)
 
 
+@pytest.mark.slow
 def test_padding_never_appears_for_an_aligned_gemm():
     assert all(config["pad"] == 0 for _, config in _ranked(Shape(4096, 4096, 4096, "bf16"), 50))
 
@@ -327,7 +332,7 @@ def test_ranked_configs_are_feasible_sorted_and_complete(shape, k, smem_limit):
 
 # --- sanity check against the anchors -----------------------------------------------------
 
-# /work/shared/anchors/h200-anchor.md: one H200, bf16, row-major A and B, a plain pointer
+# The anchor measurements: one H200, bf16, row-major A and B, a plain pointer
 # GEMM with GROUP_M=8 (our `general` variant, pad 0) timed exhaustively over BLOCK_M/N in
 # {32..256}, BLOCK_K in {32, 64, 128}, num_stages 2-5, num_warps 4/8. Per shape: the best
 # measured TF/s and its (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps).

@@ -1,18 +1,24 @@
-"""The analytical model's cuBLAS term (tuner/model/predict.py `_cublas`): the yardstick the
-runtime's fallback holds tuned candidates to. CPU only."""
+"""The analytical model's cuBLAS term (kernels/cublas_cost.py, through tuner.model.predict): the
+yardstick the runtime's fallback holds tuned candidates to. CPU only."""
 import pytest
 
+from tuner.kernels.cublas_cost import (
+    CUBLAS_DRAM_FRACTION,
+    CUBLAS_MATMUL_FRACTION,
+    CUBLAS_UNALIGNED_SLOWDOWN,
+)
 from tuner.model import predict as model
+from tuner.model.tiles import LAUNCH_S, LOAD_LATENCY_S
 from tuner.shapes import Shape
 
 H200 = model.H200_SXM
 CUBLAS = {"variant": "cublas", "pad": 0}
-FIXED_MS = (model.LOAD_LATENCY_S + model.LAUNCH_S) * 1e3
+FIXED_MS = (LOAD_LATENCY_S + LAUNCH_S) * 1e3
 
 
 def test_a_large_aligned_gemm_runs_at_cublas_sustained_share_of_the_peak():
     shape = Shape(8192, 8192, 8192, "bf16")
-    rate = H200.fp16_tflops * 1e12 * model.CUBLAS_MATMUL_FRACTION
+    rate = H200.fp16_tflops * 1e12 * CUBLAS_MATMUL_FRACTION
     assert model.predict_ms(shape, CUBLAS, H200) == pytest.approx(
         shape.flops / rate * 1e3 + FIXED_MS)
 
@@ -20,7 +26,7 @@ def test_a_large_aligned_gemm_runs_at_cublas_sustained_share_of_the_peak():
 def test_a_single_row_is_bound_by_its_bytes():
     shape = Shape(1, 28672, 4096, "bf16", "nt")
     nbytes = (28672 * 4096 + 4096 + 28672) * 2
-    bandwidth = H200.dram_tbps * 1e12 * model.CUBLAS_DRAM_FRACTION
+    bandwidth = H200.dram_tbps * 1e12 * CUBLAS_DRAM_FRACTION
     assert model.predict_ms(shape, CUBLAS, H200) == pytest.approx(
         nbytes / bandwidth * 1e3 + FIXED_MS)
 
@@ -29,7 +35,7 @@ def test_unaligned_strides_slow_cublas_compute_down():
     aligned, unaligned = Shape(4096, 4096, 4096, "bf16"), Shape(4097, 4095, 4100, "bf16")
     ratio = ((model.predict_ms(unaligned, CUBLAS, H200) - FIXED_MS)
              / (model.predict_ms(aligned, CUBLAS, H200) - FIXED_MS))
-    assert ratio == pytest.approx(model.CUBLAS_UNALIGNED_SLOWDOWN * unaligned.flops
+    assert ratio == pytest.approx(CUBLAS_UNALIGNED_SLOWDOWN * unaligned.flops
                                   / aligned.flops)
 
 
@@ -39,7 +45,7 @@ def test_tf32_is_faster_than_ieee_fp32():
     assert model.predict_ms(shape, CUBLAS, H200, allow_tf32=True) < ieee / 4
 
 
-# cuBLAS through torch on one H200 (benchmarks/results/h200-issue4/vs_cublas.md): TF/s.
+# cuBLAS through torch on one H200 (benchmarks/vs_cublas.py): TF/s.
 MEASURED_TFLOPS = [
     (Shape(8192, 8192, 8192, "bf16"), 688.8),
     (Shape(4096, 4096, 4096, "bf16"), 741.8),

@@ -26,6 +26,7 @@ from tuner.db.models import Study, Trial, Winner
 from tuner.db.session import open_engine, optuna_storage
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # whole runs, as subprocesses, on a PostgreSQL server
 SUBPROCESS_TIMEOUT_S = 600  # for all the processes of one finish() together
 # A run's last line: "tuned 3, already tuned 1, busy elsewhere 0, failed 0".
 SUMMARY = re.compile(r"^tuned \d+(?:, [a-z ]+ \d+)*$", re.MULTILINE)

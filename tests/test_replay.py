@@ -10,6 +10,7 @@ from tests.test_search import ScriptedExecutor, speed
 from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
 from tuner.model import predict as model
+from tuner.model.named_devices import named_spec
 from tuner.search.replay import (
     STRATEGIES,
     Recording,
@@ -31,7 +32,6 @@ from tuner.search.replay_report import (
 from tuner.search.samplers import DEFAULT_SAMPLER
 from tuner.shapes import Shape
 from tuner.space import config_signature, parse_space
-from tuner.suggest import suggest_device
 
 SPACE = parse_space({
     "kernel": "mm",
@@ -46,7 +46,7 @@ def synthetic(shape: Shape, space=SPACE) -> ShapeRecording:
     """A 'recording' whose timings are the model's predictions (made up, but not trivially
     ordered): enough to exercise every strategy without a GPU."""
     kernel, spec, gemm = KERNELS["mm"], model.device_spec(H100), meta_gemm(shape)
-    space = kernel.study_space(space, gemm)
+    space = space.for_call(gemm)
     tflops = {config_signature(c): shape.flops / model.predict_ms(shape, c, spec) / 1e9
               for c in kernel.feasible_configs(space, gemm, H100.smem_per_block)}
     return ShapeRecording(shape, "mm", space, tflops)
@@ -112,6 +112,7 @@ def test_a_recording_round_trips_and_a_bad_file_is_one_clear_error(tmp_path):
         Recording.load(tmp_path / "bad.json.gz")
 
 
+@pytest.mark.slow
 def test_an_exhaustive_study_measures_every_feasible_config_and_becomes_a_recording(world):
     executor = ScriptedExecutor()
     runner, record = world.runner(executor, trials=3, exhaustive=True)
@@ -156,6 +157,7 @@ RECORDED_H200 = Path(__file__).resolve().parent.parent / "benchmarks/data/record
 CI_SEEDS = 8
 
 
+@pytest.mark.slow
 def test_the_default_strategy_meets_the_goal_on_the_recorded_h200_timings():
     """`tune run`'s default (the model's warm start, then the default sampler) reaches the
     issue's goal on real timings: median >= 95% of the exhaustive best within 12 measured
@@ -183,7 +185,7 @@ def test_the_model_picks_well_among_the_configs_h200_studies_measured():
     (geomean); with the 64 KB in-flight bound it had before, 0.891."""
     with gzip.open(STUDIES_H200, "rt") as f:
         doc = json.load(f)
-    spec = suggest_device(doc["device"])[1]
+    spec = named_spec(doc["device"])
     assert spec.name == "H200 SXM" and len(doc["studies"]) == 52
     ratios = [model_pick_among(Shape.from_label(s["shape"]), s["trials"], spec)
               for s in doc["studies"]]

@@ -34,6 +34,7 @@ def stored_trials(db: Path) -> list[tuple]:
             return []
 
 
+@pytest.mark.slow
 def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path):
     (tmp_path / "shapes.csv").write_text("M,N,K,dtype,layout\n96,80,160,fp32,nn\n")
     (tmp_path / "space.yaml").write_text(SPACE)

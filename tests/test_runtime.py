@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from tuner import runtime
 from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
 from tuner.execution.measure import meta_gemm
-from tuner.export import write_atomic
 from tuner.kernels import KERNELS
 from tuner.model import predict as model
+from tuner.runtime import fallback
+from tuner.runtime.table import write_atomic
 from tuner.shapes import LAYOUTS, Shape
 
 # M bucketed to the next power of two, everything else exact.
@@ -100,7 +101,7 @@ def test_a_key_outside_every_bucket_takes_the_nearest_in_log_sizes(three_sizes):
 
 
 def test_nearest_sums_the_distances_in_m_n_and_k(tmp_path, monkeypatch):
-    monkeypatch.setattr(runtime, "NEAREST_BUCKETS", 1)  # the closest alone: no model choice
+    monkeypatch.setattr(fallback, "NEAREST_BUCKETS", 1)  # the closest alone: no model choice
     path = write_table(tmp_path / "t.yaml", [(key(256), GENERAL),
                                              (key(1024, N=512, K=512), SMALL_M)])
     # Same M as the first entry, but 3 + 3 octaves away in N and K; 2 from the second in M.
@@ -108,7 +109,7 @@ def test_nearest_sums_the_distances_in_m_n_and_k(tmp_path, monkeypatch):
 
 
 def test_nearest_breaks_ties_by_file_order(tmp_path, monkeypatch):
-    monkeypatch.setattr(runtime, "NEAREST_BUCKETS", 1)
+    monkeypatch.setattr(fallback, "NEAREST_BUCKETS", 1)
     for first, second in ((SMALL_M, GENERAL), (GENERAL, SMALL_M)):
         runtime.clear_cache()
         path = write_table(tmp_path / "t.yaml", [(key(2048), first), (key(8192), second)])
@@ -124,7 +125,7 @@ def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
             return measured[1]
         return fastest
 
-    monkeypatch.setattr(runtime, "_fastest_predicted", second_fastest)
+    monkeypatch.setattr(fallback, "fastest_predicted", second_fastest)
     path = write_table(tmp_path / "t.yaml", [(key(16), SMALL_M), (key(512), SPLITK),
                                              (key(4096), GENERAL)])
     config = lookup(path, **key(64))
@@ -140,7 +141,7 @@ def test_the_model_chooses_among_the_nearest_buckets(tmp_path, monkeypatch):
 def test_the_model_also_chooses_among_the_nearest_entries_alternates(tmp_path, monkeypatch):
     """Candidates: each closest entry's config, then its alternates, each config once, until
     NEAREST_BUCKETS distinct entry configs; an exact hit never looks at alternates."""
-    monkeypatch.setattr(runtime, "NEAREST_BUCKETS", 2)
+    monkeypatch.setattr(fallback, "NEAREST_BUCKETS", 2)
     asked = []
 
     def last(device_name):
@@ -149,7 +150,7 @@ def test_the_model_also_chooses_among_the_nearest_entries_alternates(tmp_path, m
             return measured[-1]
         return fastest
 
-    monkeypatch.setattr(runtime, "_fastest_predicted", last)
+    monkeypatch.setattr(fallback, "fastest_predicted", last)
     wide, tall = dict(GENERAL, BLOCK_N=128), dict(GENERAL, BLOCK_M=64)
     write_atomic(tmp_path / "t.yaml", {
         "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
@@ -178,7 +179,7 @@ def test_a_split_k_neighbour_is_weighed_at_every_split_the_key_allows(tmp_path, 
             return variations[-1]
         return fastest
 
-    monkeypatch.setattr(runtime, "_fastest_predicted", last)
+    monkeypatch.setattr(fallback, "fastest_predicted", last)
     path = write_table(tmp_path / "t.yaml", [(key(16, K=512), SMALL_M), (key(512, K=512), SPLITK)])
     config = triton(path, **key(64, K=512))
     assert asked == [[[(SMALL_M, 16), (SPLITK, 512)], [(dict(SPLITK, SPLIT_K=2), 512)]]]
@@ -188,8 +189,7 @@ def test_a_split_k_neighbour_is_weighed_at_every_split_the_key_allows(tmp_path, 
 
 def test_the_model_re_splits_a_split_k_neighbour_for_a_longer_k(tmp_path):
     """The only entry splits K=4096 in two; at K=18944 (M=96, 28 output tiles of 128x128) the
-    model wants more slices, as measured on an H200
-    (benchmarks/results/h200-issue6/validate-extra-*-resplit.md)."""
+    model wants more slices: how many K is cut into follows the call's shape, not the tile."""
     two_slices = {"variant": "splitk", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
                   "SPLIT_K": 2, "num_stages": 4, "num_warps": 4}
     path = write_table(tmp_path / "t.yaml", [(key(96, N=3584, K=4096), two_slices)])
@@ -201,9 +201,8 @@ def test_the_model_re_splits_a_split_k_neighbour_for_a_longer_k(tmp_path):
 def test_a_halved_neighbour_tile_answers_when_predicted_clearly_faster(tmp_path, monkeypatch):
     """The only entry's 64x128 tile gives 128x2304x768 (fp16, nt) 36 output tiles, under one
     wave of SMs; halved to 64x64 it gives 72, which the model predicts well over
-    VARIATION_MARGIN faster (on an H200 it measured 0.87x, benchmarks/results/h200-issue6).
-    The answer is still the neighbour's bucket's, as "nearest"; with a margin the halved tile
-    cannot clear, the measured tile answers."""
+    VARIATION_MARGIN faster. The answer is still the neighbour's bucket's, as "nearest"; with
+    a margin the halved tile cannot clear, the measured tile answers."""
     tile = {"variant": "tma", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128,
             "GROUP_M": 1, "num_stages": 4, "num_warps": 4}
     path = write_table(tmp_path / "t.yaml", [(Shape(300, 3072, 768, "fp16", "nt").key(), tile)],
@@ -213,7 +212,7 @@ def test_a_halved_neighbour_tile_answers_when_predicted_clearly_faster(tmp_path,
     assert dict(config) == dict(tile, BLOCK_N=64)
     assert config.source == "nearest" and config.bucket[0] == 300
     runtime.clear_cache()
-    monkeypatch.setattr(runtime, "VARIATION_MARGIN", 0.9)
+    monkeypatch.setattr(fallback, "VARIATION_MARGIN", 0.9)
     assert dict(triton(path, **asked)) == tile
 
 
@@ -221,8 +220,7 @@ def test_a_halved_neighbour_tile_answers_when_predicted_clearly_faster(tmp_path,
 def test_only_a_tma_fed_neighbour_gets_a_pipeline_for_the_key(tmp_path, variant, stages):
     """A 32x32 tile tuned at M=32, K=4096 on 3 stages: at M=24, K=8192 it keeps fewer programs
     per SM busy over twice the K steps, and the model predicts a deeper TMA pipeline clearly
-    faster (on an H200, 24x10240x8192 ran its tma tile at 1.42x the best config on 3 stages,
-    1.05x on 5). A pointer-fed (general) tile keeps the stages it was tuned with."""
+    faster. A pointer-fed (general) tile keeps the stages it was tuned with."""
     tile = {"variant": variant, "pad": 0, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64,
             "GROUP_M": 1, "num_stages": 3, "num_warps": 2}
     path = write_table(tmp_path / "t.yaml", [(Shape(32, 6144, 4096, "bf16", "nt").key(), tile)],
@@ -235,9 +233,9 @@ def test_only_a_tma_fed_neighbour_gets_a_pipeline_for_the_key(tmp_path, variant,
 def test_a_persistent_neighbour_tile_is_halved_where_that_fills_the_last_wave(
         tmp_path, variant, block_n):
     """5000x1024x4096 in 128x256 tiles is 160 tiles: a persistent grid of 132 programs runs
-    two rounds, the second a fifth full; in 128x128 tiles, 320 fill three rounds 81% (on an
-    H200: 1.28x the best config, then 1.11x). A one-pass grid over a wave keeps its tile:
-    several programs share an SM there, and the model weighs their rounds itself."""
+    two rounds, the second a fifth full; in 128x128 tiles, 320 fill three rounds 81%. A
+    one-pass grid over a wave keeps its tile: several programs share an SM there, and the
+    model weighs their rounds itself."""
     tile = {"variant": variant, "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
             "GROUP_M": 1, "num_stages": 4 if variant == "persistent" else 3, "num_warps": 8}
     if variant == "persistent":
@@ -342,7 +340,7 @@ def test_a_neighbour_config_that_cannot_run_the_key_is_passed_over(tmp_path, mon
     the closest bucket's TMA tile is no candidate, nor any variation of it; its padded
     alternate is (pad 16 aligns the rows), the farther bucket's pointer tile too, and cuBLAS."""
     asked = []
-    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    monkeypatch.setattr(fallback, "fastest_predicted", recording_first(asked))
     padded = dict(TMA_TILE, pad=16)
     write_atomic(tmp_path / "t.yaml", {
         "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
@@ -359,9 +357,8 @@ def test_a_neighbour_config_that_cannot_run_the_key_is_passed_over(tmp_path, mon
 @pytest.mark.parametrize("M, N, K", [(2048, 2046, 2048), (2, 2, 65536)])
 def test_a_key_no_tuned_config_can_run_gets_cublas_not_the_default(tmp_path, M, N, K):
     """fp32 rows of 2046 or 2 floats (8184 or 8 bytes) are no 16-byte multiples: the only
-    fp32 bucket's TMA tile cannot run them. On an H200 such a 2x2x65536 call fell to the
-    default and ran 370 times slower than cuBLAS. Without cuBLAS, nothing tuned can run the
-    key, and the default answers."""
+    fp32 bucket's TMA tile cannot run them, and the default is far slower than cuBLAS there.
+    Without cuBLAS, nothing tuned can run the key, and the default answers."""
     path = write_table(tmp_path / "t.yaml", [(key(2048, N=2048, K=2048, dtype="fp32"),
                                               TMA_TILE)], dict.fromkeys(KEY_FIELDS, "default"))
     asked = key(M, N=N, K=K, dtype="fp32")
@@ -375,7 +372,7 @@ def test_a_row_stride_beyond_the_row_is_judged_as_the_key_gives_it(tmp_path, mon
     multiple) rule TMA out; 4104 apart (8208 bytes) they let it in, even at M=500. Read as a
     transposed A (as _layout has it), TMA would have depended on M's 1024 or 1000 bytes."""
     asked = []
-    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    monkeypatch.setattr(fallback, "fastest_predicted", recording_first(asked))
     write_atomic(tmp_path / "t.yaml", {
         "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
         "ops": {"mm": {"strategy": LOG_M, "entries": [
@@ -392,7 +389,7 @@ def test_neighbours_beyond_max_octaves_give_way_to_cublas(tmp_path, monkeypatch)
     cuBLAS. M=32 is 7: cuBLAS answers, and the model is not asked. Without cuBLAS the far
     tile answers: a tuned config that can run the key beats the default."""
     asked = []
-    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    monkeypatch.setattr(fallback, "fastest_predicted", recording_first(asked))
     path = write_table(tmp_path / "t.yaml", [(key(4096), GENERAL)])
     assert runtime.MAX_NEIGHBOUR_OCTAVES == 6
     assert dict(lookup(path, **key(64))) == GENERAL
@@ -437,7 +434,7 @@ def test_the_best_answer_without_cublas(tmp_path, monkeypatch):
     neighbour's config, never cuBLAS, memoised apart. A neighbour tuned to cuBLAS stands for
     cuBLAS among the candidates, not beside it."""
     asked = []
-    monkeypatch.setattr(runtime, "_fastest_predicted", recording_first(asked))
+    monkeypatch.setattr(fallback, "fastest_predicted", recording_first(asked))
     cublas = dict(runtime.CUBLAS_CONFIG)
     write_atomic(tmp_path / "t.yaml", {
         "format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
@@ -481,6 +478,7 @@ def test_without_tune_log_nothing_is_logged(three_sizes, caplog):
     assert not [r for r in caplog.records if r.name == "tuner.runtime"]
 
 
+@pytest.mark.slow
 def test_tune_log_shows_on_stderr_without_logging_configured():
     code = ("import warnings; warnings.simplefilter('ignore'); from tuner import runtime; "
             "runtime.get_tuned_config('mm', M=3, N=4, K=5, dtype='fp16', stride_am=5, "

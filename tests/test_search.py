@@ -80,11 +80,12 @@ def world(tmp_path):
                warm_start=(), exhaustive=False, launch=GRAPH):
         record = store.open_study(device, kernel_row, store.space(space), SHAPE.key(), SHAPE,
                                   seed=3, retune=retune, launch=launch)
-        return StudyRunner(store, optuna_storage(url), executor, 0, run, device, kernel_row,
-                           record, KERNELS["mm"], space, SHAPE, 232448,
-                           StudyBudget(trials, timeout, 3, batch=4, patience=patience,
-                                       exhaustive=exhaustive, launch=launch),
-                           lambda *a: None, warm_start=warm_start), record
+        budget = StudyBudget(trials, timeout, 3, batch=4, patience=patience,
+                             exhaustive=exhaustive, launch=launch)
+        return StudyRunner(store, optuna_storage(url), executor, run, device, kernel_row,
+                           record, KERNELS["mm"], space, SHAPE, budget=budget, slot=0,
+                           smem_limit=232448, on_trial=lambda *a: None,
+                           warm_start=warm_start), record
     return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row,
                            url=url)
 
@@ -107,6 +108,7 @@ def test_every_distinct_config_once_failures_recorded_best_retimed(world):
     assert outcome.final.p50_ms == pytest.approx(1.0 / outcome.best.tflops)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launch, winner_block_k", [(GRAPH, 64), (EAGER, 32)])
 def test_the_launch_mode_decides_what_the_study_optimises(world, launch, winner_block_k):
     """Every config of the space measured: device time alone crowns the fastest kernel
@@ -141,6 +143,7 @@ class HostBoundExecutor(ScriptedExecutor):
         return [Timing(0.048, 0.05, 0.052, 30, "x") for _ in configs]
 
 
+@pytest.mark.slow
 def test_eager_calls_the_host_paces_go_to_the_fastest_kernel(world):
     """Host-bound calls all take the same time within noise: the eager winner is the config
     whose kernel is fastest on the device, not whichever the host noise favoured."""
@@ -152,6 +155,7 @@ def test_eager_calls_the_host_paces_go_to_the_fastest_kernel(world):
     assert min(t.loop_ms for t in measured) < outcome.best.loop_ms  # not the loop's pick
 
 
+@pytest.mark.slow
 def test_failures_are_remembered_and_skipped_by_the_next_study(world):
     first = ScriptedExecutor()
     world.runner(first, trials=16)[0].run()
@@ -233,7 +237,7 @@ def test_a_study_offers_only_the_pads_that_change_its_shape():
     wide = dataclasses.replace(SPACE, params={**SPACE.params, "pad": (0, 8, 64)})
 
     def pads(shape):
-        return KERNELS["mm"].study_space(wide, meta_gemm(shape)).params["pad"]
+        return wide.for_call(meta_gemm(shape)).params["pad"]
 
     assert pads(Shape(256, 256, 256, "fp16", "nn")) == (0,)
     assert pads(Shape(4097, 4095, 4100, "bf16", "nn")) == (0, 8, 64)

@@ -69,7 +69,7 @@ def test_matches_reference_in_every_layout(layout, dtype, device):
     (64, 32, 2),    # K a multiple of SPLIT_K * BLOCK_K: even slices, no K mask
     (150, 16, 8),   # 10 ragged steps over 8 splits: slices of 1 and 2
     (96, 16, 6),    # one step per split (SPLIT_K == steps, the largest valid)
-    (512, 16, 32),  # the search space's largest SPLIT_K
+    pytest.param((512, 16, 32), marks=pytest.mark.slow),  # the space's largest SPLIT_K
 ], ids=param_id)
 def test_split_k_values(k_block_split, device):
     k, block_k, split_k = k_block_split

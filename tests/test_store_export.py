@@ -29,10 +29,10 @@ from tuner.export import (
     study_trials,
     table_document,
     winner_picks,
-    write_atomic,
 )
 from tuner.kernels import KERNELS
 from tuner.objective import EAGER, GRAPH, call_ms
+from tuner.runtime.table import write_atomic
 from tuner.shapes import Shape
 from tuner.space import builtin_spaces, parse_space
 

@@ -26,7 +26,7 @@ def test_results_environment_and_raised_errors(worker):
 
 @pytest.mark.parametrize("task, reason", [
     (tasks.segfault, r"^worker killed by SIGSEGV$"),
-    (tasks.hang, r"^timeout after 2 s$"),
+    pytest.param(tasks.hang, r"^timeout after 2 s$", marks=pytest.mark.slow),
 ])
 def test_a_dead_or_hung_worker_is_replaced(worker, task, reason):
     before = worker.call(tasks.pid, timeout=120)
@@ -43,6 +43,7 @@ def test_a_sticky_cuda_error_retires_the_worker(worker):
     assert worker.call(tasks.pid, timeout=120) != before
 
 
+@pytest.mark.slow
 def test_a_time_limit_that_tightens_while_the_task_runs(worker):
     """The executor's straggler rule: a limit read again during the call cuts a task that
     started under a looser one."""

@@ -8,7 +8,7 @@ the CLI has decided whether Triton's interpreter is wanted.
 
 def __getattr__(name):
     if name in ("matmul", "linear"):
-        from tuner import dispatch
+        from tuner.runtime import dispatch
         value = globals()[name] = getattr(dispatch, name)  # later lookups skip this hook
         return value
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")

@@ -5,7 +5,8 @@ FlagGems should apply. The table YAML is exact, one row per bucketed key, with p
 and the runner-up configs the runtime's nearest fallback may choose among, for
 `tuner.runtime.get_tuned_config`. Both are written from `Pick`s: the tuned winners of a
 device (`winner_picks`) or the analytical model's choices (`tune suggest`), so the two
-exports never differ in form. Files are replaced atomically: a reader never sees half.
+exports never differ in form. The table's format and the atomic file writing are
+tuner.runtime.table's, which the runtime reads tables with.
 
 Winners follow a launch mode (tuner.objective): each trial stores both figures, so a table
 for the other mode than the run's is picked from the stored trials, without re-tuning, and
@@ -13,33 +14,35 @@ the table says which mode it holds.
 """
 from __future__ import annotations
 
-import os
-import tempfile
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-
-import yaml
 
 from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
 from tuner.db.store import Store
 from tuner.errors import UserError
 from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, call_ms, eligible
-from tuner.runtime import TABLE_FORMAT
+from tuner.runtime import table
+from tuner.runtime.table import write_atomic, write_text_atomic, yaml_text
 from tuner.shapes import Shape
 from tuner.space import KERNEL_PARAMS, config_signature
 
-# FlagGems' op names for our variants: its mm_general_tma op covers the pointer and the TMA
-# paths (it takes TMA whenever strides allow), so our persistent kernel joins them there.
-EXPAND_OP_NAMES = {"general": "mm_general_tma", "tma": "mm_general_tma",
-                   "persistent": "mm_general_tma", "splitk": "mm_splitk", "gemv": "gemv"}
 # FlagGems' value-list names for the Triton launch options.
 _LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
-# Variants FlagGems has no op for, and what they are: the expand export leaves their picks
-# out and says so in a comment.
-NO_EXPAND_OP = {"cublas": "a cuBLAS call through torch"}
+
+
+def __getattr__(name: str):
+    # EXPAND_OP_NAMES (variant -> its FlagGems op) and NO_EXPAND_OP (variant FlagGems has no
+    # op for -> what it is), as the registered variants declare them (Variant.expand_op,
+    # Variant.no_expand_op); built on first use, since the kernels import Triton.
+    if name in ("EXPAND_OP_NAMES", "NO_EXPAND_OP"):
+        from tuner.kernels import KERNELS
+        variants = [v for kernel in KERNELS.values() for v in kernel.variants]
+        attribute = "expand_op" if name == "EXPAND_OP_NAMES" else "no_expand_op"
+        return {v.name: getattr(v, attribute) for v in variants if getattr(v, attribute)}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ExportError(UserError, RuntimeError):
@@ -177,7 +180,7 @@ def winner_picks(winners: list[Winner], launch: str,
             "loop_ms": t.loop_ms, "host_us": t.host_us,
             "cublas_ms": study.baseline_ms,
             # the alternates' kernel times here: how the runtime's fallback calibrates the
-            # model where they answer other keys (runtime.Measurement)
+            # model where they answer other keys (tuner.runtime.table.Measurement)
             **({"alternates_ms": [u.p50_ms for u in ups]} if ups else {}),
             "rel_error": t.rel_error,
             "timing": t.timing_method,
@@ -258,24 +261,45 @@ def _yaml_name(param: str) -> str:
     return _LAUNCH_OPTION_NAMES.get(param, param.lower())
 
 
+def _pick_variant(pick: Pick):
+    """The registered Variant a pick's config runs: its kernel's, else any kernel's variant of
+    that name (a built-in kernel replaced by a plugin); None for one no kernel has."""
+    from tuner.kernels import KERNELS  # the kernels import Triton: not at module level
+
+    name = pick.config["variant"]
+    kernel = KERNELS.get(pick.kernel)
+    if kernel is not None and name in kernel.variant:
+        return kernel.variant[name]
+    return next((v for k in KERNELS.values() for v in k.variants if v.name == name), None)
+
+
 def _expand_op(pick: Pick) -> str:
-    """The FlagGems op a pick belongs to (a plugin kernel's variants keep their own name)."""
-    variant = pick.config["variant"]
-    return EXPAND_OP_NAMES.get(variant, f"{pick.kernel}_{variant}")
+    """The FlagGems op a pick belongs to, as its variant declares it (Variant.expand_op); a
+    plugin kernel's variants keep their own name."""
+    variant = _pick_variant(pick)
+    if variant is not None and variant.expand_op:
+        return variant.expand_op
+    return f"{pick.kernel}_{pick.config['variant']}"
+
+
+def _no_expand_op(pick: Pick) -> str | None:
+    """What a pick's variant is, where FlagGems has no op for it (Variant.no_expand_op)."""
+    variant = _pick_variant(pick)
+    return None if variant is None else variant.no_expand_op
 
 
 def expand_text(picks: list[Pick]) -> str:
     """The expand YAML of the picks FlagGems has an op for, headed by a comment line per pick
-    left out (NO_EXPAND_OP): a reader must not take their keys for keys never tuned."""
-    left_out = [p for p in picks if p.config["variant"] in NO_EXPAND_OP]
-    kept = [p for p in picks if p.config["variant"] not in NO_EXPAND_OP]
+    left out (Variant.no_expand_op): a reader must not take their keys for keys never tuned."""
+    left_out = [p for p in picks if _no_expand_op(p)]
+    kept = [p for p in picks if not _no_expand_op(p)]
     return "".join(map(_left_out_line, left_out)) + yaml_text(expand_document(kept))
 
 
 def _left_out_line(pick: Pick) -> str:
     variant = pick.config["variant"]
     key = " ".join(f"{field}={value}" for field, value in pick.key.items())
-    return (f"# left out: {pick.kernel} {key}, won by {variant} ({NO_EXPAND_OP[variant]}): "
+    return (f"# left out: {pick.kernel} {key}, won by {variant} ({_no_expand_op(pick)}): "
             "FlagGems has no such op\n")
 
 
@@ -306,42 +330,44 @@ def device_block(device: Device) -> dict:
 
 def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str],
                    launch: str) -> dict:
-    """The exact table: the launch mode its configs were chosen for, and per kernel its
-    strategy and source hash, and one entry per key."""
-    ops = {}
-    for kernel, group in _grouped(picks, lambda p: p.kernel).items():
-        entries = [{"key": p.key, "config": p.config,
-                    **({"alternates": p.alternates} if p.alternates else {}), **p.provenance}
-                   for p in sorted(group, key=lambda p: tuple(p.key.values()))]
-        ops[kernel] = {"kernel_source_hash": source_hashes[kernel],
-                       "strategy": _strategy(kernel, group), "entries": entries}
-    return {"format": TABLE_FORMAT, "launch": launch,
-            "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "device": device, "ops": ops}
+    """The exact table of the picks (its format: tuner.runtime.table), one op per kernel,
+    with the one strategy its picks share."""
+    return table.table_document(device, {
+        kernel: table.OpRows(source_hashes[kernel], _strategy(kernel, group), group)
+        for kernel, group in _grouped(picks, lambda p: p.kernel).items()}, launch)
 
 
-def yaml_text(doc: dict) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
-def write_atomic(path: str | Path, doc: dict) -> None:
-    """Write YAML to a temporary file beside `path`, then rename it over `path`."""
-    write_text_atomic(path, yaml_text(doc))
+def current_device_winners(store: Store, selector: str | None,
+                           note: Callable[[str], None] = _stderr
+                           ) -> tuple[Device, list[Winner]]:
+    """The winners of one device (select_device) measured with today's kernel source, with
+    their studies' trials; a note says how many stale ones were left out."""
+    from tuner.kernels import source_hashes
+
+    winners, stale = current_only(store.winners(with_trials=True), source_hashes())
+    if stale:
+        note(f"note: {stale} winners measured with older kernel source left out")
+    return select_device(winners, selector)
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write text to a temporary file beside `path`, then rename it over `path`: a reader
-    sees the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shipped
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def export_device(store: Store, fmt: str, output: str | Path, selector: str | None,
+                  exact: bool, launch: str | None,
+                  note: Callable[[str], None] = _stderr) -> None:
+    """`tune export`: write the picks of one device (device_picks) to `output` as the expand
+    YAML (fmt "expand") or the exact table ("table"); notes say what was chosen how."""
+    device, winners = current_device_winners(store, selector, note)
+    launch = export_launch(launch, winners)
+    picks, notes = device_picks(store, device, winners, launch, exact)
+    for line in notes:
+        note(line)
+    if fmt == "expand":
+        write_text_atomic(output, expand_text(picks))
+    else:
+        write_atomic(output, table_document(device_block(device), picks, {
+            w.kernel.name: w.kernel.source_hash for w in winners}, launch))
+    note(f"wrote {len(picks)} configs of {device.name} chosen for {launch} launch to "
+         f"{output} ({fmt})")

@@ -18,15 +18,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from tuner.bucketing.strategies import KEY_FIELDS, STRATEGY_FORMS, BucketingError, strategy_function
 from tuner.errors import UserError
 
-# Parameters of every kernel rather than of one variant's Triton code: which variant runs,
-# and the padding applied before it (kernels/base.py).
-KERNEL_PARAMS = ("variant", "pad")
+if TYPE_CHECKING:
+    from tuner.kernels.base import Gemm
+
+
+def __getattr__(name: str):
+    # KERNEL_PARAMS ("variant", "pad": the parameters of every kernel) lives with the kernels
+    # (tuner.kernels.base); imported on first use, so that importing this module imports no
+    # torch or Triton (the runtime imports it).
+    if name == "KERNEL_PARAMS":
+        from tuner.kernels.base import KERNEL_PARAMS
+        value = globals()[name] = KERNEL_PARAMS  # later lookups skip this hook
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SpaceError(UserError, ValueError):
@@ -78,6 +89,15 @@ class SearchSpace:
         variant_params = {v: names for v, names in self.variant_params.items()
                           if v in params["variant"]}
         return dataclasses.replace(self, params=params, variant_params=variant_params)
+
+    def for_call(self, gemm: Gemm) -> SearchSpace:
+        """What a study of this call searches (and the model ranks for it): this space with
+        only the pads that change the call's operands (0, no padding, always), since every
+        config with another pad is infeasible (tuner.kernels.base.Kernel.feasible)."""
+        from tuner.kernels.padding import pad_changes_nothing  # the kernels import Triton
+
+        return self.narrowed(pad=tuple(p for p in self.params["pad"]
+                                       if not p or not pad_changes_nothing(gemm, p)))
 
     def holds(self, config: Mapping) -> bool:
         """Whether every value of the config is one of this space's candidates."""

@@ -7,30 +7,15 @@ format, with the prediction as provenance instead of measurements.
 """
 from __future__ import annotations
 
-import torch
-import triton
+import sys
 
-from tuner.execution.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
+from tuner.execution.backends import DeviceInfo
 from tuner.export import Pick
 from tuner.kernels import KERNELS
-from tuner.model.predict import DeviceSpec, device_spec, predicted_tflops, rank_configs
+from tuner.model.named_devices import device_and_spec
+from tuner.model.predict import DeviceSpec, predicted_tflops, rank_configs
 from tuner.search.planning import KeyPlan
 from tuner.space import SearchSpace
-
-DEFAULT_DEVICE = "NVIDIA H100 80GB HBM3"
-
-
-def named_device(name: str | None) -> DeviceInfo:
-    """The device to suggest for: the named one, else the visible GPU, else an H100 SXM.
-
-    A name the model does not know is modelled as a Hopper part with 132 SMs."""
-    if name is None and torch.cuda.is_available():
-        from tuner.execution.backends import gpu_backend
-        return gpu_backend(0).info
-    return DeviceInfo(name=name or DEFAULT_DEVICE, compute_capability="9.0", sm_count=132,
-                      smem_per_block=HOPPER_SMEM_PER_BLOCK, driver="none", cuda="none",
-                      torch_version=str(torch.__version__),
-                      triton_version=str(triton.__version__))
 
 
 def suggested_picks(plans: list[KeyPlan], spaces: dict[str, SearchSpace],
@@ -61,6 +46,30 @@ def model_device_block(info: DeviceInfo, spec: DeviceSpec) -> dict:
             "model": spec.name}
 
 
-def suggest_device(name: str | None) -> tuple[DeviceInfo, DeviceSpec]:
-    info = named_device(name)
-    return info, device_spec(info)
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def write_suggestions(shapes: list, space_paths, device_name: str | None, fmt: str,
+                      output, note=_stderr) -> None:
+    """`tune suggest`: write the model's config per planned key of the shapes to `output`, as
+    the expand YAML (fmt "expand") or the table; notes name the keys it has none for."""
+    from tuner.export import expand_text, table_document
+    from tuner.kernels import kernel_for, source_hashes
+    from tuner.objective import GRAPH
+    from tuner.runtime.table import write_atomic, write_text_atomic
+    from tuner.search.planning import plan_studies
+    from tuner.tuning import load_spaces
+
+    spaces = load_spaces(space_paths)
+    plans = plan_studies(shapes, spaces, kernel_for)
+    info, spec = device_and_spec(device_name)
+    picks, missing = suggested_picks(plans, spaces, spec)
+    for label in missing:
+        note(f"note: no modelled config for {label}")
+    if fmt == "expand":
+        write_text_atomic(output, expand_text(picks))
+    else:  # the model predicts kernel time, with no host cost: a graph-mode choice
+        write_atomic(output, table_document(model_device_block(info, spec), picks,
+                                            source_hashes(), GRAPH))
+    note(f"wrote {len(picks)} suggested configs for {spec.name} to {output} ({fmt})")

@@ -11,15 +11,21 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuner.bucketing.job import percent
+from tuner.bucketing.job import distinct_shapes, percent
 from tuner.bucketing.search import weighted_geomean_regret
-from tuner.dispatch import runnable_config
-from tuner.execution.cross_timing import SideBySide
+from tuner.errors import UserError
+from tuner.execution.cross_timing import SideBySide, time_side_by_side
 from tuner.execution.measure import meta_gemm
-from tuner.kernels import kernel_for
+from tuner.kernels import KERNELS, kernel_for, source_hashes
 from tuner.kernels.base import config_label
+from tuner.objective import GRAPH
 from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
-from tuner.shapes import Shape
+from tuner.runtime.dispatch import runnable_config
+from tuner.shapes import Shape, load_shapes
+
+
+class ValidationError(UserError, RuntimeError):
+    """A hold-out shape the fresh tune found no config for."""
 
 
 @dataclass(frozen=True)
@@ -75,3 +81,49 @@ def report(table: Path, rows: list[Validation], device: str, trials: int) -> str
               f"{percent(worst)}"]
     return "\n".join(lines)
 
+
+def validate_table(db, table_path: str | Path, shapes_path: str | Path, trials: int, seed: int,
+                   workers, devices: tuple[int, ...], command: list[str],
+                   output: str | Path | None = None) -> str:
+    """`tune validate`: tune each hold-out shape afresh into `db` (a tuner.db.database.Database,
+    not the tuning database), time it side by side with the config the runtime picks from
+    the table, and return the report (also written to `output` if given).
+
+    workers: a tuner.tuning.Workers whose check() gave `devices` before triton was imported.
+    """
+    from tuner.export import current_only
+    from tuner.runtime.table import write_text_atomic
+    from tuner.search.planning import plan_studies
+    from tuner.search.study import StudyBudget
+    from tuner.tuning import load_spaces, tune_plans
+
+    table_path = Path(table_path)
+    shapes = distinct_shapes(load_shapes(shapes_path))
+    picks = {shape: runtime_pick(table_path, shape) for shape in shapes}  # bad table: now
+    spaces = load_spaces()
+    plans = plan_studies(shapes, spaces, kernel_for)
+    store = db.store
+    executor = workers.executor(devices)
+    try:
+        # graph: the fresh winner is the reference for device-time regrets
+        budget = StudyBudget(trials, None, seed, workers.default_batch, launch=GRAPH)
+        tune_plans(db, executor, spaces, plans, budget, False, command)
+        info = executor.device_info()
+        current, _ = current_only(store.winners(), source_hashes())
+        winners = {(w.kernel.name, tuple(w.key.values())): dict(w.trial.params)
+                   for w in current if w.device.fingerprint == info.fingerprint}
+        rows = []
+        for plan in plans:
+            tuned = winners.get((plan.kernel, tuple(plan.key.values())))
+            for shape in plan.members:
+                if tuned is None:
+                    raise ValidationError(f"the fresh tune of {shape} found no config")
+                runtime, fresh = time_side_by_side(executor, KERNELS[plan.kernel], shape, seed,
+                                                   [picks[shape].config, tuned])
+                rows.append(Validation(shape, picks[shape], tuned, runtime, fresh))
+    finally:
+        executor.close()
+    text = report(table_path, rows, info.name, trials)
+    if output:
+        write_text_atomic(output, text + "\n")
+    return text

@@ -9,15 +9,25 @@ another budget is free.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from tuner.bucketing.search import Member, SearchResult, Times, signature
-from tuner.bucketing.strategies import bucket_key
+from tuner.bucketing.search import (
+    DEFAULT_CANDIDATES,
+    SEARCHED_FIELDS,
+    Member,
+    SearchResult,
+    Times,
+    needed_configs,
+    search,
+    signature,
+)
+from tuner.bucketing.strategies import bucket_key, strategy_function
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store, params_key
 from tuner.errors import UserError
 from tuner.kernels import kernel_for
-from tuner.shapes import Shape
+from tuner.shapes import Shape, load_shapes
 
 
 class SharingError(UserError, RuntimeError):
@@ -129,3 +139,72 @@ def pareto_markdown(kernel: str, result: SearchResult, max_regret: float) -> str
         members = "; ".join(f"{m.shape} ({percent(r)})" for m, r in zip(b.members, b.regrets))
         lines.append(f"| {', '.join(map(str, b.key))} | {config_label(b.config)} | {members} |")
     return "\n".join(lines)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence[str],
+                   device_selector: str | None, seed: int, workers, devices: tuple[int, ...],
+                   out: Callable[[str], None] = print,
+                   note: Callable[[str], None] = _stderr) -> None:
+    """`tune buckets` on `db` (a tuner.db.database.Database, opened once the input is read):
+    time each listed shape with the winners it could share (those timings stored), search
+    the candidate strategies (finest first; none: DEFAULT_CANDIDATES) for the smallest
+    bucketing within max_regret, and store it per kernel for `tune export`.
+
+    workers: a tuner.tuning.Workers whose check() gave `devices` (before triton was
+    imported); an executor starts only if something is left to time. out: each kernel's
+    Pareto table as markdown; note: progress lines.
+    """
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from tuner.execution.cross_timing import time_side_by_side
+    from tuner.export import current_device_winners
+    from tuner.kernels import KERNELS
+
+    for name in candidates:
+        strategy_function(name)  # a bad name is one line now, before any work
+    per_field = {f: tuple(candidates or DEFAULT_CANDIDATES) for f in SEARCHED_FIELDS}
+    shapes = distinct_shapes(load_shapes(shapes_path))
+    store = db.store
+    device, winners = current_device_winners(store, device_selector, note)
+    members = exact_members(winners, shapes)
+    by_kernel: dict[str, list] = {}
+    for m in members:
+        by_kernel.setdefault(kernel_for(m.shape.M, m.shape.N).name, []).append(m)
+    kernel_rows = {w.kernel.name: w.kernel for w in winners}
+    needed = {k: needed_configs(ms, per_field) for k, ms in by_kernel.items()}
+    to_time = sum(any(params_key(c) not in store.cross_timings(device, kernel_rows[k], shape)
+                      for c in configs)
+                  for k, per_shape in needed.items() for shape, configs in per_shape.items())
+    pairs = sum(len(c) for n in needed.values() for c in n.values())
+    note(f"{len(members)} shapes, {pairs} (shape, config) timings needed; {to_time} shapes "
+         "to time")
+    executor = workers.executor(devices) if to_time else None
+    try:
+        if executor is not None and executor.device_info().fingerprint != device.fingerprint:
+            raise SharingError(f"the winners were measured on {device.name} "
+                               f"[{device.fingerprint}], not on this machine's device")
+        results = {}
+        with Progress(console=Console(stderr=True)) as progress:
+            task = progress.add_task("timing shapes", total=len(members))
+            for kernel_name, kernel_needed in needed.items():
+                times = gather_times(
+                    store, device, kernel_rows[kernel_name], kernel_needed,
+                    timer=lambda shape, configs, kernel=KERNELS[kernel_name]: time_side_by_side(
+                        executor, kernel, shape, seed, configs),
+                    on_shape=lambda shape: progress.advance(task))
+                results[kernel_name] = search(by_kernel[kernel_name], times, per_field,
+                                              max_regret, seed)
+    finally:
+        if executor is not None:
+            executor.close()
+    for kernel_name, result in results.items():
+        buckets_json, pareto_json = bucketing_record(result)
+        store.save_bucketing(device, kernel_rows[kernel_name], result.chosen.strategy,
+                             max_regret, buckets_json, pareto_json, shapes_path)
+        out(pareto_markdown(kernel_name, result, max_regret) + "\n")
+    note("stored; `tune export` now writes one row per bucket")

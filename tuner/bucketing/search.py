@@ -16,10 +16,9 @@ A table's size counts its rows plus its widened singletons: buckets that hold on
 yet reach keys around it (any field whose strategy joins the shape's value with a neighbour).
 Such a bucket answers those keys with a config measured only on its one shape, where the
 runtime's fallback for a key outside every bucket, the model's choice among the nearest tuned
-configs, would answer them better. On an H200 (benchmarks/results/h200-issue6/
-nearest_fallback.md), hold-out shapes answered with the closest tuned shape's config lost
-10.8% in geomean; the model's choice among the nearest six lost 2.2%. Widening pays off
-only where it merges more shapes than the singletons it widens.
+configs, would answer them better (benchmarks/nearest_fallback.py compares the two on
+hold-out shapes). Widening pays off only where it merges more shapes than the singletons it
+widens.
 """
 from __future__ import annotations
 

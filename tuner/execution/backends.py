@@ -8,15 +8,14 @@ a config that poisons a CUDA context only takes a worker down.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import subprocess
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
+from tuner.devices import DeviceInfo
 from tuner.errors import UserError
 
 # Hopper's opt-in shared memory per block: the interpreter applies the same feasibility
@@ -26,23 +25,6 @@ HOPPER_SMEM_PER_BLOCK = 232448
 
 class NoGpuError(UserError, RuntimeError):
     """The GPU backend was asked for on a machine where torch sees no CUDA device."""
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    name: str
-    compute_capability: str
-    sm_count: int
-    smem_per_block: int
-    driver: str
-    cuda: str
-    torch_version: str
-    triton_version: str
-
-    @property
-    def fingerprint(self) -> str:
-        """Same hardware and software stack, same fingerprint: results are comparable."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -186,9 +186,9 @@ class TuneJob:
                                            self.budget.launch)
             space = self.spaces[plan.kernel]
             runner = StudyRunner(
-                self.store, self.storage, self.executor, slot, self.run_row, self.device,
+                self.store, self.storage, self.executor, self.run_row, self.device,
                 kernel_row, record, KERNELS[plan.kernel], space, plan.shape,
-                self.smem_limit, self.budget,
+                budget=self.budget, slot=slot, smem_limit=self.smem_limit,
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                 keep_going=lambda: not self.stop.is_set(),
                 warm_start=merged(

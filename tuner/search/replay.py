@@ -9,8 +9,8 @@ counting, the same warm start from the analytical model, and the same number of 
 flight (answered oldest first, as a steady stream of compiles would). The result of one
 replay is its curve: the fraction of the shape's best TF/s found after each measured config.
 
-A recording travels as gzipped JSON (a few hundred KB for a dozen shapes), so a CI test can
-replay the committed one without a GPU or a database.
+A recording travels as gzipped JSON, small enough to commit, so a CI test can replay the
+committed one without a GPU or a database.
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def recording_from_store(store, device) -> tuple[Recording, list[str]]:
         shape = Shape(study.shape_M, study.shape_N, study.shape_K, study.dtype,
                       study.shape_layout)
         kernel, gemm = KERNELS[study.kernel.name], meta_gemm(shape)
-        space = kernel.study_space(_space(study.space.yaml, f"study {study.id}"), gemm)
+        space = _space(study.space.yaml, f"study {study.id}").for_call(gemm)
         measured = {config_signature(t.params): (t.tflops if t.status == "ok" else 0.0)
                     for t in study.trials if t.status != "infeasible"}
         feasible = len(kernel.feasible_configs(space, gemm, device.smem_per_block))

@@ -15,7 +15,7 @@ from tuner.shapes import Shape
 from tuner.space import config_signature
 
 CHECKPOINTS = (1, 4, 8, 12, 16, 24, 32, 40, 64)
-# The goal for the default strategy: the median over shapes and seeds reaches these
+# The goal for the default strategy: the median over shapes and seeds reaches these
 # fractions of the exhaustive best within these many trials.
 GOAL = {12: 0.95, 32: 0.98}
 

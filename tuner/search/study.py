@@ -41,9 +41,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Statuses that say a config cannot work for a specialization: remembered, skipped next time.
 REMEMBERED = ("compile_error", "timeout", "crashed", "wrong")
 RETIMED_TOP = 3
-# Eager calls within this fraction of the fastest are one call time: host µs per call swing
-# by more than this between loops of the same code on a lent H100 machine
-# (benchmarks/vs_cublas.py's host column), and a host-bound call's loop time is the host's.
+# Eager calls within this fraction of the fastest are one call time: a host-bound call's loop
+# time is the host's, and host time per call swings by this much and more between loops of the
+# same code.
 CALL_NOISE = 0.10
 CANNOT_RUN_TFLOPS = 0.0  # what the sampler is told of a config that cannot run
 ASKS_PER_TRIAL = 10  # bound on asks when the sampler keeps proposing known configs
@@ -51,6 +51,7 @@ ASKS_PER_TRIAL = 10  # bound on asks when the sampler keeps proposing known conf
 
 @dataclass(frozen=True)
 class StudyBudget:
+    """A study's tuning knobs: what `tune run`'s options set."""
     trials: int
     timeout_s: float | None
     seed: int
@@ -85,12 +86,15 @@ class _Pending:
 class StudyRunner:
     """Runs one study to its budget; `run` returns the winner and its final timing."""
 
-    def __init__(self, store: Store, storage, executor: Executor, slot: int, run: Run,
-                 device: Device, kernel_row: KernelVersion, record: Study, kernel: Kernel,
-                 space: SearchSpace, shape: Shape, smem_limit: int, budget: StudyBudget,
+    def __init__(self, store: Store, storage, executor: Executor, run: Run, device: Device,
+                 kernel_row: KernelVersion, record: Study, kernel: Kernel, space: SearchSpace,
+                 shape: Shape, *, budget: StudyBudget, slot: int, smem_limit: int,
                  on_trial: Callable[[int, TrialResult], None],
                  keep_going: Callable[[], bool] = lambda: True,
                  warm_start: Sequence[dict] = ()):
+        """The collaborators and the study's rows come positionally; the rest by name: the
+        tuning knobs (`budget`), where it measures (`slot`, `smem_limit`), its hooks and the
+        configs it tries first."""
         self.store, self.storage, self.executor, self.slot = store, storage, executor, slot
         self.run_row, self.device, self.kernel_row, self.record = run, device, kernel_row, record
         self.kernel, self.shape, self.budget = kernel, shape, budget
@@ -99,7 +103,7 @@ class StudyRunner:
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
         # The study's own view of the space: a pad that leaves this shape as it is would only
         # produce infeasible proposals (on an aligned shape, most of them), so it is not offered.
-        self.space = kernel.study_space(space, self.meta_gemm)
+        self.space = space.for_call(self.meta_gemm)
         # Configs a new study tries first (tuner.search.warmstart), those this study can propose;
         # an exhaustive study tries all of its feasible configs, and only those.
         self.warm_start = [c for c in warm_start if self.space.holds(c)]

@@ -75,7 +75,7 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
     from tuner.execution.measure import meta_gemm
     from tuner.model.predict import rank_configs
 
-    study_space = kernel.study_space(space, meta_gemm(shape))
+    study_space = space.for_call(meta_gemm(shape))
     return [config for _, config in rank_configs(shape, study_space, kernel, spec, smem_limit,
                                                  k=count, distinct=tile_shape)]
 

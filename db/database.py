@@ -1,0 +1,32 @@
+"""One database URL, opened on first use: what a command's store and Optuna's storage share.
+
+A command gets one of these before it has checked its input; nothing connects, and no file
+is created, until a job first asks for `store` or `optuna_storage`. Importing this module
+imports neither SQLAlchemy nor torch.
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+
+class Database:
+    def __init__(self, url: str | None = None):
+        self.requested_url = url  # None: TUNE_DB, else ./tune.db (tuner.db.session.resolve_url)
+
+    @cached_property
+    def url(self) -> str:
+        from tuner.db.session import resolve_url
+        return resolve_url(self.requested_url)
+
+    @cached_property
+    def store(self):
+        """The tuner.db.store.Store of this database, its schema created if need be."""
+        from tuner.db.session import session_factory
+        from tuner.db.store import Store
+        return Store(session_factory(self.url))
+
+    @cached_property
+    def optuna_storage(self):
+        """Optuna's RDB storage in the same database (tuner.db.session.optuna_storage)."""
+        from tuner.db.session import optuna_storage
+        return optuna_storage(self.url)

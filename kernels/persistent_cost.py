@@ -1,0 +1,58 @@
+"""The `persistent` variant's term in the analytical model (tuner.model.predict): TMA tiles
+with one program per SM (kernels/persistent.py), which saves the per-tile pipeline refill and
+loses co-resident programs.
+
+Beside the kernel rather than in it, so that a change to the model leaves the kernel's source
+hash, and with it every tuned result, as it is.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from tuner.model.tiles import (
+    Operands,
+    Tile,
+    cdiv,
+    epilogue_seconds,
+    kernel_seconds,
+    output_tiles,
+    persistent_seconds,
+    tile_of,
+    tile_step,
+)
+
+if TYPE_CHECKING:
+    from tuner.model.predict import DeviceSpec
+
+
+def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
+            spec: DeviceSpec) -> float:
+    """EPILOGUE_SUBTILE changes only shared memory, not the time. Warp-specialized tiles of
+    128 rows or more do not compile on Hopper (kernels/persistent.py: Triton splits the tile
+    in M, which fixed descriptor block shapes forbid), so cannot run."""
+    tile = tile_of(config)
+    warp_specialized = bool(config["WARP_SPECIALIZE"])
+    if not ops.tma_addressable or (warp_specialized and tile.BM >= 128):
+        return math.inf
+    refill_hidden = bool(config["FLATTEN"]) or warp_specialized
+    return one_program_per_sm(ops, tile, config["GROUP_M"], warp_specialized, refill_hidden,
+                              spec)
+
+
+def one_program_per_sm(ops: Operands, tile: Tile, group_m: int, warp_specialized: bool,
+                       refill_hidden: bool, spec: DeviceSpec) -> float:
+    return kernel_seconds(ops, tile, group_m, spec.sm_count,
+                          _tile_loops(ops, tile, warp_specialized, refill_hidden, spec), spec)
+
+
+@lru_cache(maxsize=65536)
+def _tile_loops(ops: Operands, tile: Tile, warp_specialized: bool, refill_hidden: bool,
+                spec: DeviceSpec) -> float:
+    """The SMs' share of one_program_per_sm (GROUP_M changes only its DRAM bytes)."""
+    return persistent_seconds(output_tiles(ops, tile), cdiv(ops.K, tile.BK),
+                              tile_step(ops, tile, True, True, warp_specialized, spec),
+                              epilogue_seconds(tile, ops.out_itemsize, spec),
+                              refill_hidden, spec)

@@ -1,0 +1,185 @@
+"""The project's shape: the deployment wing (tuner.runtime) answers every kind of lookup
+without the tuning side's dependencies, and no module imports itself back through others."""
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tuner.runtime.table import TABLE_FORMAT, write_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+# Where each installed package's source lies (pyproject's package-dir).
+SOURCE_DIRS = {"tuner": ROOT / "tuner", "tuner.kernels": ROOT / "kernels",
+               "tuner.db": ROOT / "db", "tuner.search_spaces": ROOT / "search_spaces"}
+
+SPLIT_K = {"variant": "splitk", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
+           "SPLIT_K": 2, "num_stages": 4, "num_warps": 4}
+
+
+def key(M, N, K, dtype="bf16"):
+    return {"M": M, "N": N, "K": K, "stride_am": K, "stride_bk": N, "dtype": dtype}
+
+
+# Run in a fresh interpreter where importing sqlalchemy or optuna raises: a table hit, a
+# nearest answer that weighs the neighbour's variations (its other splits), and the model's
+# pick for a dtype the table has no entry of; cuBLAS is left out of the last two, so that the
+# fallback itself answers.
+PURE_LOOKUPS = """
+import json, sys, warnings
+sys.modules["sqlalchemy"] = None
+sys.modules["optuna"] = None
+warnings.simplefilter("ignore")
+from tuner import runtime
+path, exact, far, other_dtype = json.loads(sys.argv[1])
+answers = [runtime.get_tuned_config("mm", path=path, **exact),
+           runtime.get_tuned_config_without(("cublas",), "mm", path=path, **far),
+           runtime.get_tuned_config_without(("cublas",), "mm", path=path, **other_dtype)]
+print(json.dumps({
+    "answers": [[a.source, dict(a)] for a in answers],
+    "blocked": [m for m in ("sqlalchemy", "optuna") if sys.modules.get(m, 0) is not None],
+    "loaded": sorted(m for m, module in sys.modules.items() if module is not None and (
+        m.split(".")[0] in ("sqlalchemy", "optuna") or m.startswith(("tuner.export", "tuner.db")))),
+}))
+"""
+
+
+def test_the_runtime_answers_without_optuna_sqlalchemy_export_or_db(tmp_path):
+    table = tmp_path / "t.yaml"
+    tuned = key(96, 3584, 4096)
+    write_atomic(table, {"format": TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
+                         "ops": {"mm": {"strategy": dict.fromkeys(tuned, "default"),
+                                        "entries": [{"key": tuned, "config": SPLIT_K}]}}})
+    lookups = [str(table), tuned, key(96, 3584, 18944), key(300, 5000, 4096, "fp16")]
+    env = {k: v for k, v in os.environ.items() if k not in ("TUNE_CONFIG", "TUNE_LOG")}
+    out = subprocess.run([sys.executable, "-c", PURE_LOOKUPS, json.dumps(lookups)],
+                         capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    (table_source, table_config), (near_source, near_config), (model_source, _) = seen["answers"]
+    assert table_source == "table" and table_config == SPLIT_K
+    # a re-split of the neighbour: its variations were weighed, by the model
+    assert near_source == "nearest" and near_config == dict(SPLIT_K,
+                                                           SPLIT_K=near_config["SPLIT_K"])
+    assert near_config["SPLIT_K"] > 2
+    assert model_source == "model"
+    assert seen["blocked"] == [] and seen["loaded"] == []
+
+
+# -- no import cycle ---------------------------------------------------------------------------
+def project_modules() -> dict[str, Path]:
+    """Every project module's dotted name (as installed) and its file."""
+    modules = {}
+    for package, folder in SOURCE_DIRS.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join([package, *parts])] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST):
+    """Every import statement, at any depth (inside functions too), except the body of an
+    `if TYPE_CHECKING:` (never run)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                yield from _imports(ast.Module(body=[child], type_ignores=[]))
+            continue
+        yield from _imports(node)
+
+
+def _owner(name: str, modules) -> str | None:
+    """The project module `name` is, or the innermost project package holding it."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Per project module, the project modules it imports. `from package import name` counts
+    as an import of the submodule where `name` is one, else of the package; importing a
+    submodule is not counted as importing its parent packages' __init__."""
+    modules = project_modules()
+    graph = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        edges = set()
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".")
+                    anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in node.names]
+            edges.update(t for t in map(lambda t: _owner(t, modules), targets) if t)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def test_the_graph_finds_a_cycle_it_is_given():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_import_graph_sees_the_wings_edges():
+    graph = import_graph()
+    assert "tuner.runtime.table" in graph["tuner.export"]
+    assert "tuner.model.named_devices" in graph["tuner.runtime.fallback"]  # inside a function
+    assert "tuner.kernels.launches" not in graph["tuner.kernels.base"]  # under TYPE_CHECKING
+
+
+def test_no_module_imports_itself_back():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_path_leads_from_the_runtime_to_the_export_or_the_database():
+    """Every import the wing may run, lazy ones too, not only those a lookup above took."""
+    graph = import_graph()
+    reached, todo = set(), [m for m in graph if m == "tuner.runtime"
+                            or m.startswith("tuner.runtime.")]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo.extend(graph[module])
+    assert sorted(m for m in reached if m == "tuner.export" or m == "tuner.db"
+                  or m.startswith("tuner.db.")) == []

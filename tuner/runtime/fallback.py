@@ -1,0 +1,275 @@
+"""The fallback policy's parts, for a key the table has no entry of: which neighbouring
+entries' configs may answer it (`nearest`), their variations that suit the key better
+(`variation_maker`), the model's choice among them calibrated by what the neighbours
+measured (`fastest_predicted`), and the model's own pick where no entry of the key's dtype
+exists (`model_picker`). tuner.runtime.lookup decides which of them to ask, in what order.
+
+The model, the kernels and torch are imported on first need: a table hit needs none of them.
+The constants are what benchmarks/nearest_fallback.py, benchmarks/candidate_pool.py and
+`tune validate` on hold-out shapes measure; change them only with such a measurement.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, TunedConfig
+from tuner.runtime.runnable import shape_of
+from tuner.runtime.table import Measurement
+from tuner.space import config_signature
+
+# How many of the closest tuned buckets `nearest` lets the model choose among (their configs
+# and alternates): fewer miss the tile that suits the key, more let far neighbours mislead
+# the model (benchmarks/nearest_fallback.py measures the regret per count).
+NEAREST_BUCKETS = 4
+# The smallest block a halved neighbour tile may have: tl.dot's minimum.
+MIN_HALVED_BLOCK = 16
+# How much faster than the best measured candidate the model must predict a variation no
+# tuning measured (a re-split, re-piped or halved neighbour tile) for it to answer instead:
+# the model orders configs predicted a few percent apart little better than a coin
+# (benchmarks/candidate_pool.py order), so a smaller predicted gain is not trusted.
+VARIATION_MARGIN = 0.05
+# How far (log distance: octaves summed over M, N and K) a tuned bucket may lie from a key for
+# its configs to answer it. Farther away the tile was tuned for a GEMM tens of times larger or
+# smaller in its work and nothing says it still suits, while cuBLAS is tuned for every shape
+# (`tune validate` on hold-out shapes measures how far answers may come from).
+MAX_NEIGHBOUR_OCTAVES = 6.0
+
+# Per bucket: its log sizes, and its entry's config and alternates answering as "nearest".
+Neighbour = tuple[tuple[float, ...], list[TunedConfig]]
+
+
+def log_sizes(bucket: tuple, size_fields: Iterable[int]) -> tuple[float, ...]:
+    """log2 of a bucket key's M, N and K (at size_fields; 0 counted as 1): where `nearest`
+    measures from."""
+    return tuple(math.log2(max(bucket[i], 1)) for i in size_fields)
+
+
+def _log_distance(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    return sum(abs(x - y) for x, y in zip(a, b))
+
+
+def nearest(here: tuple[float, ...], neighbours: Iterable[Neighbour],
+            allowed: Callable[[Mapping], bool], max_octaves: float = math.inf
+            ) -> list[TunedConfig]:
+    """The allowed configs, then alternates, of the neighbours closest to `here` (log sizes)
+    no farther than max_octaves, closest first (given order on a tie), each config once, until
+    NEAREST_BUCKETS distinct entry configs are in; none without such a neighbour. An entry
+    whose own config is not allowed (cannot run the key) stands for its first allowed
+    alternate, and one with none is passed over: the count is of configs that can answer."""
+    by_distance = sorted(((_log_distance(here, sizes), configs) for sizes, configs
+                          in neighbours), key=lambda neighbour: neighbour[0])
+    candidates: dict[tuple, TunedConfig] = {}
+    entry_configs: set[tuple] = set()
+    for distance, configs in by_distance:
+        if distance > max_octaves:
+            break
+        usable = [config for config in configs if allowed(config)]
+        if not usable:
+            continue
+        entry_configs.add(config_signature(usable[0]))
+        for config in usable:
+            candidates.setdefault(config_signature(config), config)
+        if len(entry_configs) == NEAREST_BUCKETS:
+            break
+    return list(candidates.values())
+
+
+def _named_spec(device_name: str | None):
+    from tuner.model.named_devices import named_spec
+
+    return named_spec(device_name)
+
+
+def variation_maker(op: str, device_name: str | None
+                    ) -> Callable[[Mapping, list, Callable[[Mapping], bool]], list] | None:
+    """A function giving the variations of a key's candidates that suit the key rather than
+    the neighbour they were tuned for, each once and none a candidate itself; None when the
+    kernels cannot be imported (the candidates then stay as they are). Each variation must be
+    allowed (run on the key: the lookup's predicate). A neighbour's config was tuned for the
+    neighbour's split of the work; the parts of a config that follow from the call's size are
+    re-chosen for the key:
+
+    - Each split-K candidate at every other SPLIT_K of the op's built-in space: how many
+      slices K is cut into should fill the SMs given the output tiles, a matter of the call's
+      shape, not of the tile.
+    - The K pipeline of each candidate whose loads TMA issues (`Variant.tma_fed`): every
+      num_stages of the space, at its BLOCK_K and at the space's BLOCK_K half and twice it.
+      How deep a pipeline must be follows from how many programs share an SM and how many K
+      steps each has. Pointer-fed loops keep theirs: there the model misses costs that depend
+      on both.
+    - Each of these one-pass tiles with BLOCK_M or BLOCK_N halved, where each SM runs its
+      tiles one at a time (a grid under one wave of the table's device's SMs, or a persistent
+      program) and the halved grid fills its rounds of SMs better (_wave_fill): a neighbour's
+      tile fits the neighbour's grid, and on a smaller output leaves SMs idle.
+    """
+    try:
+        from tuner.kernels import KERNELS, kernel_variants
+        from tuner.space import builtin_spaces
+        spec = _named_spec(device_name)
+    except ImportError:
+        return None
+    space = builtin_spaces(kernel_variants()).get(op)
+    variants = KERNELS[op].variant if op in KERNELS else {}
+    params = space.params if space is not None else {}
+    splits, stages = params.get("SPLIT_K", ()), params.get("num_stages", ())
+    block_ks = params.get("BLOCK_K", ())
+    sm_count = spec.sm_count
+
+    def pipelines(config: Mapping) -> Iterator[dict]:
+        """The config and, when TMA feeds it, its other K pipelines (each once)."""
+        yield dict(config)
+        variant = variants.get(config["variant"])
+        if variant is not None and variant.tma_fed:
+            step, depth = config["BLOCK_K"], config["num_stages"]
+            for block_k in (k for k in block_ks if step // 2 <= k <= 2 * step):
+                yield from ({**config, "BLOCK_K": block_k, "num_stages": n} for n in stages
+                            if (block_k, n) != (step, depth))
+
+    def halved(key: Mapping, config: dict) -> Iterator[dict]:
+        """The tile with BLOCK_M, then BLOCK_N, halved, where that fills the SMs better."""
+        sizes = {"BLOCK_M": key["M"], "BLOCK_N": key["N"]}
+        tiles = _tiles(sizes, config)
+        variant = variants.get(config["variant"])
+        if tiles >= sm_count and not (variant is not None and variant.program_per_sm):
+            return
+        for block in sizes:
+            smaller = {**config, block: config[block] // 2}
+            if (smaller[block] >= MIN_HALVED_BLOCK and _fits(sizes, smaller)
+                    and _wave_fill(_tiles(sizes, smaller), sm_count)
+                    > _wave_fill(tiles, sm_count)):
+                yield smaller
+
+    def variations(key: Mapping, config: Mapping) -> Iterator[dict]:
+        if "SPLIT_K" in config:
+            yield from ({**config, "SPLIT_K": split} for split in splits)
+        elif "BLOCK_N" in config:
+            for pipeline in pipelines(config):
+                yield pipeline
+                yield from halved(key, pipeline)
+
+    def of_candidates(key: Mapping, configs: list, allowed: Callable[[Mapping], bool]) -> list:
+        taken = {config_signature(config) for config in configs}
+        made = {}
+        for config in configs:
+            for other in variations(key, config):
+                signature = config_signature(other)
+                if signature not in taken and signature not in made and allowed(other):
+                    made[signature] = TunedConfig(other, config.source, config.bucket)
+        return list(made.values())
+
+    return of_candidates
+
+
+def _fits(sizes: Mapping[str, int], config: Mapping) -> bool:
+    """Whether no block of the tile is twice the call's size or more (sizes as in _tiles): a
+    halved tile still that tall computes mostly padding rows, and there the model is least
+    right."""
+    return all(config[block] < 2 * size for block, size in sizes.items())
+
+
+def _wave_fill(tiles: int, sm_count: int) -> float:
+    """The share of its rounds of sm_count programs that a grid of `tiles` fills."""
+    return tiles / (-(-tiles // sm_count) * sm_count)
+
+
+def _tiles(sizes: Mapping[str, int], config: Mapping) -> int:
+    """Output tiles of a grid: sizes maps BLOCK_M and BLOCK_N to the call's M and N."""
+    return math.prod(-(-size // config[block]) for block, size in sizes.items())
+
+
+def fastest_predicted(device_name: str | None
+                      ) -> Callable[[Mapping, list, list, Mapping], TunedConfig] | None:
+    """A function giving, for a raw key, the candidate (a measured config, or cuBLAS) predicted
+    fastest, or the variation predicted fastest where that is VARIATION_MARGIN faster still;
+    None when the model cannot be imported.
+
+    Predictions are the analytical model's (tuner.model.predict), calibrated by the
+    measurements of the buckets the candidates came from (`measured`, per bucket): how much
+    the model overrates a tile against cuBLAS changes slowly with the shape, and a
+    neighbour's measurement says how much it did there.
+    """
+    try:
+        from tuner.model.predict import predicted_or_inf
+        from tuner.shapes import Shape
+        spec = _named_spec(device_name)
+    except ImportError:
+        return None
+
+    def overrating(config: TunedConfig, measurement: Measurement | None) -> float:
+        """How much faster than cuBLAS the model rated `config`'s tile over what was measured,
+        at the bucket the config came from: the config's own measurement there, or for a
+        variation the fastest measured config of its variant (1: cuBLAS itself, or nothing
+        measured)."""
+        if config["variant"] == CUBLAS or measurement is None:
+            return 1.0
+        shape = Shape.from_label(measurement.tuned_shape)
+        own = measurement.times.get(config_signature(config))
+        if own is None:
+            kin = [(ms, signature) for signature, ms in measurement.times.items()
+                   if dict(signature)["variant"] == config["variant"]]
+            if not kin:
+                return 1.0
+            own, signature = min(kin)
+            config = dict(signature)
+        rated = (predicted_or_inf(shape, CUBLAS_CONFIG, spec)
+                 / predicted_or_inf(shape, config, spec))
+        measured = measurement.cublas_ms / own
+        return rated / measured if math.isfinite(rated) and rated > 0 else 1.0
+
+    def fastest(key: Mapping, candidates: list, variations: list,
+                measured: Mapping[tuple, Measurement]) -> TunedConfig:
+        shape = shape_of(key)
+
+        def calibrated(config: TunedConfig) -> float:
+            """The predicted time, with cuBLAS's as the model gives it and each tile's
+            scaled by its bucket's overrating."""
+            return (predicted_or_inf(shape, config, spec)
+                    * overrating(config, measured.get(config.bucket)))
+
+        pick = min(candidates, key=calibrated)  # the first on a tie
+        if variations:
+            challenger = min(variations, key=calibrated)
+            if calibrated(challenger) < (1 - VARIATION_MARGIN) * calibrated(pick):
+                return challenger
+        return pick
+
+    return fastest
+
+
+def model_picker(op: str, configs: list[Mapping], device_name: str | None,
+                 excluded: frozenset[str]) -> Callable[[Mapping], TunedConfig | None] | None:
+    """A function giving the analytical model's best config for a raw key, or None when the
+    model cannot be imported or there is nothing to rank.
+
+    The model ranks the op's built-in space narrowed to the values (variants included, less
+    the excluded ones) that the table's configs of the op use: a small space (a new key stays
+    cheap), and one that stays near what tuning chose on this device. Predictions are for
+    the table's device.
+    """
+    try:
+        from tuner.kernels import KERNELS, kernel_variants
+        from tuner.model.predict import rank_configs
+        from tuner.space import builtin_spaces
+    except ImportError:
+        return None
+    space = builtin_spaces(kernel_variants()).get(op)
+    if space is None:
+        return None
+    used = {name: {c[name] for c in configs if name in c} for name in space.params}
+    narrowing = {name: values for name, values in used.items() if values}
+    narrowing["variant"] = used["variant"] - excluded
+    try:
+        space = space.narrowed(**narrowing)
+    except ValueError:  # none of the table's values of some parameter is left in the space
+        return None
+    try:
+        kernel, spec = KERNELS[op], _named_spec(device_name)
+    except ImportError:
+        return None
+
+    def pick(key: Mapping) -> TunedConfig | None:
+        ranked = rank_configs(shape_of(key), space, kernel, spec, k=1)
+        return TunedConfig(ranked[0][1], "model") if ranked else None
+
+    return pick

@@ -1,0 +1,131 @@
+"""The table file, read and written here alone, so the reader and the writers cannot drift.
+
+A table (`TABLE_FORMAT`) holds the launch mode its configs were chosen for, the device, and
+per op its bucketing strategy, kernel source hash and one entry per bucketed key: the config,
+the runner-up configs (`alternates`) the runtime's nearest fallback may choose among, and the
+provenance (measured times, or the model's prediction). `tune export` and `tune suggest`
+build theirs with `table_document`; files are replaced atomically, so a reader never sees
+half of one.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+import yaml
+
+from tuner.space import config_signature
+
+TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
+
+
+# -- reading ----------------------------------------------------------------------------------
+class Table(NamedTuple):
+    """A table file's contents the runtime reads: the device it was tuned on (its name, None
+    where it names none) and per op its body (strategy and entries)."""
+    device_name: str | None
+    ops: dict[str, Mapping]
+
+
+def read_table(path: Path) -> Table:
+    """The table at `path`; FileNotFoundError where it cannot be read, ValueError where it is
+    not a TABLE_FORMAT document."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise FileNotFoundError(f"gemm-tuner table {path}: {e.strerror}") from None
+    if not isinstance(doc, dict) or doc.get("format") != TABLE_FORMAT:
+        raise ValueError(f"gemm-tuner table {path}: not a '{TABLE_FORMAT}' file "
+                         "(write one with `tune export --format table`)")
+    return Table((doc.get("device") or {}).get("name"), dict(doc.get("ops") or {}))
+
+
+class Measurement(NamedTuple):
+    """What a table entry measured at its own shape (`tuned_shape`, a Shape label): cuBLAS's
+    kernel time and, per config signature, its config's and its alternates' (`ms`,
+    `alternates_ms`), in ms."""
+    tuned_shape: str
+    cublas_ms: float
+    times: dict[tuple, float]
+
+    @classmethod
+    def of(cls, entry: Mapping) -> Measurement | None:
+        """The entry's measurement, or None where it states none (a bucketed export's)."""
+        shape, ms, cublas_ms = (entry.get(f) for f in ("tuned_shape", "ms", "cublas_ms"))
+        if not (isinstance(shape, str) and _positive(ms) and _positive(cublas_ms)):
+            return None
+        times = {config_signature(entry["config"]): ms}
+        alternates, alternates_ms = entry.get("alternates", ()), entry.get("alternates_ms", ())
+        if len(alternates) == len(alternates_ms):
+            times.update((config_signature(config), alternate_ms) for config, alternate_ms
+                         in zip(alternates, alternates_ms) if _positive(alternate_ms))
+        return cls(shape, cublas_ms, times)
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+# -- writing ----------------------------------------------------------------------------------
+class Row(Protocol):
+    """One entry to write (tuner.export.Pick is one): a bucketed key, its config, the
+    runner-up configs, and the provenance fields written beside them."""
+    key: dict
+    config: dict
+    provenance: dict
+    alternates: list[dict]
+
+
+class OpRows(NamedTuple):
+    """One op's part of a table to write."""
+    kernel_source_hash: str
+    strategy: dict
+    rows: Sequence[Row]
+
+
+def table_document(device: Mapping, ops: Mapping[str, OpRows], launch: str) -> dict:
+    """The table: the launch mode its configs were chosen for, the device block, and per op
+    its strategy and source hash, and one entry per row, in key order."""
+    return {"format": TABLE_FORMAT, "launch": launch,
+            "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "device": device, "ops": {op: {
+                "kernel_source_hash": part.kernel_source_hash, "strategy": part.strategy,
+                "entries": [_entry(row) for row in sorted(
+                    part.rows, key=lambda row: tuple(row.key.values()))]}
+                for op, part in ops.items()}}
+
+
+def _entry(row: Row) -> dict:
+    return {"key": row.key, "config": row.config,
+            **({"alternates": row.alternates} if row.alternates else {}), **row.provenance}
+
+
+def yaml_text(doc: dict) -> str:
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+
+
+def write_atomic(path: str | Path, doc: dict) -> None:
+    """Write YAML to a temporary file beside `path`, then rename it over `path`."""
+    write_text_atomic(path, yaml_text(doc))
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write text to a temporary file beside `path`, then rename it over `path`: a reader
+    sees the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shipped
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,132 @@
+"""`tune run`: tune listed shapes and store every trial; and the wiring the other jobs that
+tune or time share with it (`tune validate`, `tune buckets`, `tune suggest`): the backend
+check, the search spaces, the executor and a tuning job with its progress display.
+
+Nothing heavy is imported at module level: `backend_devices` must run before triton is first
+imported, since `--backend interpret` sets TRITON_INTERPRET.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tuner.errors import UserError
+
+# Configs in flight per study unless --batch says otherwise: enough compiling at once to keep
+# one GPU measuring, few enough that the sampler still learns from most of what it proposed.
+MAX_DEFAULT_BATCH = 16
+
+
+class BackendError(UserError, RuntimeError):
+    """The backend asked for cannot run in this process."""
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Where configs compile and run: --backend, --jobs, --compile-timeout and --devices."""
+    backend: str
+    jobs: int
+    compile_timeout_s: float
+    devices: tuple[int, ...] | None = None  # None: every visible GPU
+
+    def check(self) -> tuple[int, ...]:
+        """The GPUs to work on (none for the interpreter), after checking the backend can
+        run: call before anything imports triton."""
+        return backend_devices(self.backend, self.devices)
+
+    def executor(self, devices: tuple[int, ...]):
+        """A tuner.execution.executor.Executor on these devices (close it when done)."""
+        from tuner.execution.executor import Executor, ExecutorOptions
+        return Executor(ExecutorOptions(self.backend, devices, self.jobs, self.compile_timeout_s))
+
+    @property
+    def default_batch(self) -> int:
+        return min(self.jobs, MAX_DEFAULT_BATCH)
+
+
+def backend_devices(backend_name: str, devices: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The GPUs to work on (none for the interpreter), after checking the backend can run:
+    a GPU must be visible, and the interpreter must be chosen before triton is imported."""
+    if backend_name == "gpu":
+        from tuner.execution.backends import require_gpu, visible_gpus
+        require_gpu()
+        return devices or tuple(visible_gpus())
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise BackendError("--backend interpret: triton was imported before "
+                           "TRITON_INTERPRET could be set")
+    os.environ["TRITON_INTERPRET"] = "1"
+    return ()
+
+
+def load_spaces(space_paths: Sequence[str] = ()) -> dict:
+    """The built-in search spaces, with each --space file replacing its kernel's."""
+    from tuner.kernels import kernel_variants
+    from tuner.space import builtin_spaces, load_space
+
+    variants = kernel_variants()
+    own = {space.kernel: space for space in (load_space(p, variants) for p in space_paths)}
+    return builtin_spaces(variants, skip=frozenset(own)) | own
+
+
+def tune_plans(db, executor, spaces: dict, plans: list, budget, retune: bool,
+               command: list[str]):
+    """Run the studies of the plans (tuner.search.pipeline.TuneJob) on `db` (a
+    tuner.db.database.Database), showing progress; the RunSummary."""
+    from tuner.search.pipeline import TuneJob
+    from tuner.search.progress import RichReporter
+
+    with RichReporter(len(plans)) as reporter:
+        job = TuneJob(db.store, db.optuna_storage, executor, spaces, budget, retune, reporter)
+        return job.run(plans, command)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`tune run`'s search knobs (tuner.search.study.StudyBudget, and --retune)."""
+    trials: int
+    timeout_s: float | None
+    patience: int
+    seed: int
+    batch: int | None  # None: Workers.default_batch
+    sampler: str
+    exhaustive: bool
+    launch: str
+    retune: bool
+
+
+def tune_run(db, shapes: list, space_paths: Sequence[str], options: RunOptions,
+             workers: Workers, command: list[str],
+             note: Callable[[str], None] = _stderr):
+    """`tune run`: tune every shape into `db` (a tuner.db.database.Database); the
+    RunSummary. note: where the one-line summary of the plan goes."""
+    devices = workers.check()
+
+    from tuner.kernels import kernel_for
+    from tuner.search.planning import plan_studies
+    from tuner.search.study import StudyBudget
+
+    spaces = load_spaces(space_paths)
+    plans = plan_studies(shapes, spaces, kernel_for)
+    db.store, db.optuna_storage  # noqa: B018 (opened now: a bad URL fails before any work)
+    # A SIGTERM (a job scheduler, `timeout`) ends the run like Ctrl-C: marked interrupted, with
+    # every finished trial already committed; the same command resumes it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    executor = workers.executor(devices)
+    try:
+        sizes = ", ".join(f"{n} {spaces[n].size}" for n in sorted({p.kernel for p in plans}))
+        where = f"GPUs {','.join(map(str, devices))}" if devices else "the CPU interpreter"
+        note(f"{len(shapes)} shapes -> {len(plans)} studies on {where}, {options.trials} trials "
+             f"each (configs in space: {sizes})")
+        budget = StudyBudget(options.trials, options.timeout_s, options.seed,
+                             options.batch or workers.default_batch, options.patience,
+                             options.sampler, options.exhaustive, options.launch)
+        return tune_plans(db, executor, spaces, plans, budget, options.retune, command)
+    finally:
+        executor.close()
