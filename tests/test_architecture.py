@@ -183,3 +183,37 @@ def test_no_path_leads_from_the_runtime_to_the_export_or_the_database():
             todo.extend(graph[module])
     assert sorted(m for m in reached if m == "tuner.export" or m == "tuner.db"
                   or m.startswith("tuner.db.")) == []
+
+
+EXPAND_LOOKUP = """
+import json, sys, warnings
+sys.modules["sqlalchemy"] = None
+sys.modules["optuna"] = None
+warnings.simplefilter("ignore")
+from tuner import runtime
+path, raw = json.loads(sys.argv[1])
+answer = runtime.get_tuned_config("mm", path=path, **raw)
+print(json.dumps({"source": answer.source, "loaded": sorted(
+    m for m, module in sys.modules.items() if module is not None and (
+        m.split(".")[0] in ("sqlalchemy", "optuna")
+        or m.startswith(("tuner.export", "tuner.db"))))}))
+"""
+
+
+def test_an_expand_file_lookup_needs_neither_optuna_sqlalchemy_export_nor_db(tmp_path):
+    """The model's pick from a FlagGems expand file (tests/test_runtime_expand.py checks the
+    online path the same way)."""
+    expand = tmp_path / "mm_hopper_expand.yaml"
+    expand.write_text("# device: NVIDIA H100 80GB HBM3\n" + json.dumps({"mm_general_tma": [
+        {"param_map": {"META": {"BLOCK_M": "block_m", "BLOCK_N": "block_n",
+                                "BLOCK_K": "block_k"}, "num_stages": "stages",
+                       "num_warps": "warps"},
+         "block_m": [64, 128], "block_n": [128], "block_k": [64], "stages": [3, 4],
+         "warps": [4, 8]}, {"strategy": {"M": "log"}}]}))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TUNE_CONFIG", "TUNE_LOG", "TUNE_ONLINE")}
+    out = subprocess.run([sys.executable, "-c", EXPAND_LOOKUP,
+                          json.dumps([str(expand), key(96, 3584, 4096)])],
+                         capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"source": "expand-model", "loaded": []}

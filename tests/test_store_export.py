@@ -369,12 +369,36 @@ def test_expand_leaves_cublas_out_and_show_marks_it(store, tmp_path, monkeypatch
     path = tmp_path / "expand.yaml"
     assert tune_cli(tmp_path, "export", "--format", "expand", "-o", str(path)).exit_code == 0
     written = path.read_text()
-    assert written.splitlines()[0] == (
+    assert (
         "# left out: mm M=4096 N=4096 K=4096 stride_am=4096 stride_bk=4096 dtype=bf16, won by "
-        f"cublas ({NO_EXPAND_OP['cublas']}): FlagGems has no such op")
-    assert list(yaml.safe_load(written)) == ["mm_general_tma"]
+        f"cublas ({NO_EXPAND_OP['cublas']}): FlagGems has no such op") in written.splitlines()
+    assert list(yaml.safe_load(written)) == ["mm_general_tma", "matmul"]
     monkeypatch.setenv("COLUMNS", "200")  # rich's table: no wrapped cells
     shown = tune_cli(tmp_path, "show")
     assert shown.exit_code == 0 and "host µs" in shown.output
     (cublas_row,) = [line for line in shown.output.splitlines() if "4096x4096x4096" in line]
     assert {"cublas", "6.5"} <= set(cublas_row.split())
+
+
+def test_export_merges_a_runtime_online_cache_the_database_wins_its_buckets(store, tmp_path):
+    """`tune export --format table --merge CACHE`: what deployments tuned online
+    (tuner.runtime.online) flows back into the table for buckets the database lacks."""
+    from tuner.runtime import online
+
+    tune_fake(store, H100, SQUARE, BOTH_MODES, KERNELS["mm"].source_hash, launch=EAGER)
+    cache = tmp_path / "mm_hopper_expand.online.yaml"
+    strategy = SPACE.strategy
+    for M, tile in ((4096, config(16, 16, 16)), (512, config(32, 32, 32))):
+        online.remember(cache, {"name": H100.name}, EAGER, "mm", strategy,
+                        KERNELS["mm"].source_hash,
+                        {"key": SQUARE.key() | {"M": M}, "config": tile, "source": "online"})
+    path = tmp_path / "tuned.yaml"
+    result = tune_cli(tmp_path, "export", "-o", str(path), "--merge", str(cache))
+    assert result.exit_code == 0, result.output
+    assert "merge: added 1 mm entries, 1 already held" in result.output
+    entries = yaml.safe_load(path.read_text())["ops"]["mm"]["entries"]
+    assert [(e["key"]["M"], e["config"]) for e in entries] == [
+        (512, config(32, 32, 32)), (4096, CHEAP_CALL)]
+    refused = tune_cli(tmp_path, "export", "--format", "expand", "-o", str(tmp_path / "e.yaml"),
+                       "--merge", str(cache))
+    assert refused.exit_code != 0 and "--merge" in refused.output

@@ -196,9 +196,11 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
 
 
 @main.command()
-@click.option("--format", "fmt", type=click.Choice(["expand", "table"]), default="table",
-              show_default=True,
-              help="expand: FlagGems' expand schema; table: exact winners for tuner.runtime.")
+@click.option("--format", "fmt", type=click.Choice(["expand", "table", "flaggems-tune-configs"]),
+              default="table", show_default=True,
+              help="expand: FlagGems' expand schema, each op's lists bounded by --max-configs; "
+                   "table: exact winners for tuner.runtime; flaggems-tune-configs: the exact "
+                   "winners as FlagGems' tune_configs.yaml op list.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="File to write (replaced atomically).")
 @db_option
@@ -209,14 +211,44 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
               show_default="the mode `tune run` used; eager if unknown",
               help="Pick each key's winner among its stored trials by this figure: eager, "
                    "time per back-to-back call; graph, device time. No re-tuning.")
+@click.option("--max-configs", default=16, show_default=True, type=click.IntRange(min=0),
+              help="expand: the most configs each op's value lists may multiply to (what "
+                   "FlagGems times on a key's first call), chosen for the least regret "
+                   "against each tuned shape's winner; 0 keeps the winners' union.")
+@click.option("--with-splitk", is_flag=True,
+              help="Also write mm_splitk (FlagGems 5.x's ConfigLoader has no such op).")
+@click.option("--allow-cpu", is_flag=True,
+              help="Allow CPU interpreter results under a GPU file name (e.g. "
+                   "mm_hopper_expand.yaml).")
+@click.option("--table", "table_path", type=click.Path(dir_okay=False, exists=True),
+              help="Convert this table file (`--format table`) to a FlagGems format instead "
+                   "of reading the database.")
+@click.option("--merge", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="(table) Add the entries of this table (e.g. a runtime online cache, "
+                   "<expand>.online.yaml) for buckets the database lacks; repeatable.")
 @click.pass_obj
 @one_line_errors
-def export(db, fmt, output, device_selector, exact, launch):
+def export(db, fmt, output, device_selector, exact, launch, max_configs, with_splitk,
+           allow_cpu, table_path, merge):
     """Write the winners of one device as YAML for deployments: per kernel, the buckets of
     its latest `tune buckets` decision if there is one, else every tuned key."""
-    from tuner.export import export_device
+    from tuner.export import export_device, export_table_file
 
-    export_device(db.store, fmt, output, device_selector, exact, launch, _note)
+    if merge and (fmt != "table" or table_path is not None):
+        raise click.UsageError("--merge takes tables into a table export from the database: "
+                               "use it with --format table")
+    if table_path is not None:
+        export_table_file(table_path, fmt, output, max_configs, with_splitk, allow_cpu, _note)
+        return
+    export_device(db.store, fmt, output, device_selector, exact, launch, _note,
+                  max_configs=max_configs, with_splitk=with_splitk, allow_cpu=allow_cpu,
+                  source=_safe_url(db.url), merge=merge)
+
+
+def _safe_url(url: str) -> str:
+    """A database URL with its password hidden, for a file's header."""
+    from sqlalchemy.engine import make_url
+    return make_url(url).render_as_string(hide_password=True)
 
 
 @main.command()

@@ -8,21 +8,30 @@ device (`winner_picks`) or the analytical model's choices (`tune suggest`), so t
 exports never differ in form. The table's format and the atomic file writing are
 tuner.runtime.table's, which the runtime reads tables with.
 
+FlagGems' own files (tuner.flaggems) bound the expand YAML's product per op (tuner.expand
+narrows the lists, weighing each tuned shape's measured configs, tuner.expand_cases), or
+list the exact winners as tune_configs.yaml; from a database, or from a table file
+(`expand_from_table`) where none is at hand.
+
 Winners follow a launch mode (tuner.objective): each trial stores both figures, so a table
 for the other mode than the run's is picked from the stored trials, without re-tuning, and
 the table says which mode it holds.
 """
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner import flaggems
 from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
-from tuner.db.store import Store
+from tuner.db.store import Store, params_key
 from tuner.errors import UserError
+from tuner.expand import DEFAULT_MAX_CONFIGS, narrow, regret_line
+from tuner.expand_cases import MODEL_NOTE, Tuned, case_for, device_spec_of, projected
 from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, call_ms, eligible
 from tuner.runtime import table
 from tuner.runtime.table import write_atomic, write_text_atomic, yaml_text
@@ -30,7 +39,7 @@ from tuner.shapes import Shape
 from tuner.space import KERNEL_PARAMS, config_signature
 
 # FlagGems' value-list names for the Triton launch options.
-_LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
+_LAUNCH_OPTION_NAMES = flaggems.LAUNCH_OPTION_NAMES
 
 
 def __getattr__(name: str):
@@ -354,20 +363,239 @@ def current_device_winners(store: Store, selector: str | None,
     return select_device(winners, selector)
 
 
+# -- FlagGems' files: the bounded expand YAML and tune_configs.yaml ---------------------------
+FLAGGEMS_FORMATS = ("expand", "flaggems-tune-configs")
+# Names that say a file is for a GPU (FlagGems' mm_hopper_expand.yaml among them).
+_GPU_FILE_NAME = re.compile(r"(?<![a-z])(hopper|ampere|blackwell|[abhl]\d{2,3}|gb\d{3}|sm_?\d{2,3})"
+                            r"(?!\d)")
+
+
+def check_output_name(device: Mapping, output: str | Path, allow_cpu: bool) -> None:
+    """Refuse to write interpreter (CPU) results under a GPU file name unless allowed."""
+    name = Path(output).name.lower()
+    if flaggems.is_interpreter(device) and not allow_cpu and _GPU_FILE_NAME.search(name):
+        raise ExportError(f"refusing to write CPU interpreter results (device "
+                          f"{device.get('name')!r}, no GPU timing) to {Path(output).name}, a GPU "
+                          "file name; export a GPU's winners, or pass --allow-cpu")
+
+
+def _op_of(kernel: str, config: Mapping) -> str | None:
+    """The FlagGems op a config of a kernel exports to; None for a variant FlagGems has no op
+    for (cuBLAS)."""
+    pick = Pick(kernel, {}, dict(config), {}, {})
+    return None if _no_expand_op(pick) else _expand_op(pick)
+
+
+def _same_op(kernel: str, op: str, timed: Iterable[tuple[Mapping, float | None]]) -> tuple:
+    return tuple((dict(c), ms) for c, ms in timed if ms and _op_of(kernel, c) == op)
+
+
+def tuned_from_db(store: Store, device: Device, winners: list[Winner], launch: str,
+                  picks: Sequence[Pick] = ()) -> list[Tuned]:
+    """Each tuned shape of the winners (their studies' trials loaded) as the narrowing
+    weighs it: the config exported for it under `launch`, its kernel time, and every other
+    config of its op it was timed with: its study's trials, and `tune buckets`' cross
+    timings (scaled to the study's timing of the winner where both timed it). Weights: the
+    shapes CSV's, where a bucketed pick's members name them, else 1."""
+    weights = {m["shape"]: m.get("weight", 1.0)
+               for p in picks for m in p.provenance.get("members", ())}
+    tuned = []
+    for w in winners:
+        trial = exported_trial(w, launch)
+        if trial is None or not trial.p50_ms:
+            continue
+        if _op_of(w.kernel.name, trial.params) is None:  # cuBLAS won: its fastest Triton trial
+            trial = min((t for t in w.study.trials if t.status == "ok" and t.p50_ms
+                         and _op_of(w.kernel.name, t.params)),
+                        key=lambda t: t.p50_ms, default=trial)
+        op = _op_of(w.kernel.name, trial.params)
+        if op is None:
+            continue
+        shape = w.study.shape
+        timed = [(t.params, t.p50_ms) for t in w.study.trials if t.status == "ok"]
+        cross = {k: row for k, row in store.cross_timings(device, w.kernel, shape).items()
+                 if row.status == "ok" and row.p50_ms}
+        mine = cross.get(params_key(trial.params))
+        scale = trial.p50_ms / mine.p50_ms if mine is not None else 1.0
+        timed += [(row.params, row.p50_ms * scale) for row in cross.values()]
+        tuned.append(Tuned(shape, w.kernel.name, dict(trial.params), trial.p50_ms,
+                           _same_op(w.kernel.name, op, timed), weights.get(str(shape), 1.0)))
+    return tuned
+
+
+def picks_from_table(doc: Mapping) -> list[Pick]:
+    """A table document's entries (tuner.runtime.table) as picks, one op per kernel."""
+    picks = []
+    for kernel, body in (doc.get("ops") or {}).items():
+        for entry in body.get("entries", ()):
+            provenance = {k: v for k, v in entry.items()
+                          if k not in ("key", "config", "alternates")}
+            picks.append(Pick(kernel, dict(entry["key"]), dict(entry["config"]),
+                              dict(body["strategy"]), provenance,
+                              list(entry.get("alternates", ()))))
+    return picks
+
+
+def tuned_from_table(doc: Mapping) -> list[Tuned]:
+    """Each measured entry of a table document as the narrowing weighs it: its tuned shape,
+    config and `ms`, and its alternates with `alternates_ms`. Entries of a bucketed export
+    state no time of their own: their configs join the lists, but weigh no shape."""
+    tuned = []
+    for kernel, body in (doc.get("ops") or {}).items():
+        for entry in body.get("entries", ()):
+            ms, label, config = entry.get("ms"), entry.get("tuned_shape"), entry["config"]
+            timed = list(zip(entry.get("alternates", ()), entry.get("alternates_ms", ())))
+            if _op_of(kernel, config) is None:  # cuBLAS won: its fastest Triton runner-up
+                config, ms = min(((c, t) for c, t in timed if t and _op_of(kernel, c)),
+                                 key=lambda pair: pair[1], default=(config, ms))
+            op = _op_of(kernel, config)
+            if not (isinstance(ms, (int, float)) and ms > 0 and isinstance(label, str)) or (
+                    op is None):
+                continue
+            others = [(c, t) for c, t in timed if c != config]
+            tuned.append(Tuned(Shape.from_label(label), kernel, dict(config), float(ms),
+                               _same_op(kernel, op, others)))
+    return tuned
+
+
+def _op_params(configs: Iterable[Mapping]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for c in configs for p in c if p not in KERNEL_PARAMS))
+
+
+def triton_stand_in(pick: Pick) -> Pick:
+    """The pick as FlagGems can run it: a pick of a variant FlagGems has no op for (cuBLAS)
+    becomes its first alternate that has one (the runner-ups are fastest first), since a
+    deployment on FlagGems still runs a Triton config for that key; otherwise the pick."""
+    if not _no_expand_op(pick):
+        return pick
+    for config in pick.alternates:
+        if _op_of(pick.kernel, config) is not None:
+            return Pick(pick.kernel, pick.key, dict(config), pick.strategy,
+                        {**pick.provenance, "stands_in_for": pick.config["variant"]})
+    return pick
+
+
+def flaggems_spaces(picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mapping,
+                    max_configs: int, with_splitk: bool
+                    ) -> tuple[list[flaggems.OpSpace], list[str]]:
+    """Per FlagGems op of the picks (mm_splitk only `with_splitk`), its value lists narrowed
+    to at most max_configs configs (tuner.expand; 0: the union) over the tuned shapes of its
+    op; and comment lines for what was left out."""
+    spec = device_spec_of(device)
+    picks = [triton_stand_in(p) for p in picks]
+    kept = [p for p in picks if not _no_expand_op(p)]
+    left_out = [_left_out_line(p) for p in picks if _no_expand_op(p)]
+    spaces = []
+    for op, group in _grouped(kept, _expand_op).items():
+        if op == flaggems.SPLITK_OP and not with_splitk:
+            left_out.append(f"# left out: {op} ({len(group)} configs won by split-K): FlagGems "
+                            "5.x's ConfigLoader has no such op; --with-splitk writes it\n")
+            continue
+        mine = [t for t in tuned if _op_of(t.kernel, t.winner) == op]
+        params = flaggems.enumerated(op, _op_params([p.config for p in group]
+                                                    + [t.winner for t in mine]))
+        narrowing = narrow(params, [case_for(params, t, spec) for t in mine], max_configs,
+                           [projected(params, p.config) for p in group])
+        spaces.append(flaggems.OpSpace(op, _strategy(op, group), narrowing))
+    return spaces, left_out
+
+
+def flaggems_text(fmt: str, picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mapping,
+                  source: str, launch: str, max_configs: int = DEFAULT_MAX_CONFIGS,
+                  with_splitk: bool = False,
+                  note: Callable[[str], None] = _stderr) -> str:
+    """The text of a FlagGems file of the picks: the bounded expand YAML (fmt "expand"; its
+    regret per op noted) or tune_configs.yaml ("flaggems-tune-configs"), headed by comments
+    naming the device, versions, date, `source` and what was left out."""
+    if fmt == "expand":
+        spaces, left_out = flaggems_spaces(picks, tuned, device, max_configs, with_splitk)
+        for space in spaces:
+            n = space.narrowing
+            note(f"{space.op}: {n.product} configs (union {n.union_product}); "
+                 f"{regret_line(n)}")
+        return (flaggems.expand_header(device, source, launch, max_configs, spaces,
+                                       MODEL_NOTE)
+                + "".join(left_out) + yaml_text(flaggems.expand_document(spaces)))
+    picks = [triton_stand_in(p) for p in picks]
+    kept = [p for p in picks if not _no_expand_op(p)]
+    left_out = [_left_out_line(p) for p in picks if _no_expand_op(p)]
+    groups = {}
+    for op, group in _grouped(kept, _expand_op).items():
+        if op == flaggems.SPLITK_OP and not with_splitk:
+            left_out.append(f"# left out: {op} ({len(group)} configs won by split-K); "
+                            "--with-splitk writes them\n")
+            continue
+        groups[op] = [p.config for p in sorted(group, key=lambda p: tuple(p.key.values()))]
+    doc = flaggems.tune_configs_document(groups)
+    return (flaggems.tune_configs_header(device, source, launch, doc) + "".join(left_out)
+            + yaml_text(doc))
+
+
+def expand_from_table(table_path: str | Path, max_configs: int = DEFAULT_MAX_CONFIGS,
+                      with_splitk: bool = False, fmt: str = "expand",
+                      note: Callable[[str], None] = _stderr) -> str:
+    """The FlagGems file (fmt: "expand", bounded to max_configs per op, or
+    "flaggems-tune-configs") of a table file (`tune export --format table`), with no
+    database: its entries' configs, weighed on their `ms` and `alternates_ms` (the model
+    filling the rest)."""
+    import yaml
+
+    doc = yaml.safe_load(Path(table_path).read_text())
+    if not isinstance(doc, dict) or doc.get("format") != table.TABLE_FORMAT:
+        raise ExportError(f"{table_path}: not a '{table.TABLE_FORMAT}' table file")
+    return flaggems_text(fmt, picks_from_table(doc), tuned_from_table(doc),
+                         doc.get("device") or {}, f"table {table_path}",
+                         doc.get("launch", GRAPH), max_configs, with_splitk, note)
+
+
+def export_table_file(table_path: str | Path, fmt: str, output: str | Path,
+                      max_configs: int = DEFAULT_MAX_CONFIGS, with_splitk: bool = False,
+                      allow_cpu: bool = False, note: Callable[[str], None] = _stderr) -> None:
+    """`tune export --table FILE`: a FlagGems file from a table file instead of a database."""
+    import yaml
+
+    if fmt not in FLAGGEMS_FORMATS:
+        raise ExportError(f"--table converts a table to {' or '.join(FLAGGEMS_FORMATS)}, not "
+                          f"{fmt}")
+    device = (yaml.safe_load(Path(table_path).read_text()) or {}).get("device") or {}
+    check_output_name(device, output, allow_cpu)
+    write_text_atomic(output, expand_from_table(table_path, max_configs, with_splitk, fmt,
+                                                note))
+    note(f"wrote {output} ({fmt}) from {table_path}")
+
+
 def export_device(store: Store, fmt: str, output: str | Path, selector: str | None,
                   exact: bool, launch: str | None,
-                  note: Callable[[str], None] = _stderr) -> None:
+                  note: Callable[[str], None] = _stderr, *,
+                  max_configs: int = DEFAULT_MAX_CONFIGS, with_splitk: bool = False,
+                  allow_cpu: bool = False, source: str = "the tuning database",
+                  merge: Sequence[str | Path] = ()) -> None:
     """`tune export`: write the picks of one device (device_picks) to `output` as the expand
-    YAML (fmt "expand") or the exact table ("table"); notes say what was chosen how."""
+    YAML (fmt "expand": each op's lists bounded to max_configs configs), FlagGems'
+    tune_configs.yaml ("flaggems-tune-configs") or the exact table ("table"); notes say
+    what was chosen how, and the expand file's regret. A table takes in the entries of each
+    `merge` file (a runtime online cache, tuner.runtime.online) whose buckets the database's
+    picks lack (tuner.runtime.table.merge_documents: the database wins its buckets)."""
     device, winners = current_device_winners(store, selector, note)
     launch = export_launch(launch, winners)
+    block = device_block(device)
+    if fmt in FLAGGEMS_FORMATS:
+        check_output_name(block, output, allow_cpu)
     picks, notes = device_picks(store, device, winners, launch, exact)
     for line in notes:
         note(line)
-    if fmt == "expand":
-        write_text_atomic(output, expand_text(picks))
+    if fmt in FLAGGEMS_FORMATS:
+        tuned = tuned_from_db(store, device, winners, launch, picks) if fmt == "expand" else []
+        write_text_atomic(output, flaggems_text(
+            fmt, picks, tuned, block | {"smem_per_block": device.smem_per_block}, source,
+            launch, max_configs, with_splitk, note))
     else:
-        write_atomic(output, table_document(device_block(device), picks, {
-            w.kernel.name: w.kernel.source_hash for w in winners}, launch))
+        doc = table_document(block, picks, {
+            w.kernel.name: w.kernel.source_hash for w in winners}, launch)
+        for extra in merge:
+            doc, merge_notes = table.merge_documents(doc, table.read_document(Path(extra))[0])
+            for line in merge_notes:
+                note(f"{extra}: {line}")
+        write_atomic(output, doc)
     note(f"wrote {len(picks)} configs of {device.name} chosen for {launch} launch to "
          f"{output} ({fmt})")

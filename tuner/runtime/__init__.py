@@ -23,10 +23,16 @@ A key answered by the default, or by cuBLAS for want of any entry of its op and 
 one RuntimeWarning; with TUNE_LOG=1 each key's answer is logged once to the "tuner.runtime"
 logger. `get_tuned_config_without` answers as if some variants did not exist.
 
+A FlagGems expand file (told from a table by its content) answers instead: each bucketed key
+gets one config of its op's product of value lists, the model's pick (`expand-model`) or,
+with TUNE_ONLINE=1, the winner of timing the candidates once, remembered in a cache table
+that processes share (`expand-online`; tuner.runtime.expand and tuner.runtime.online).
+
 The modules: `table` (the file format, read and written), `lookup` (loading, the memo, the
-order above), `fallback` (its model-driven parts), `runnable` (whether a config can run a
-key), `answer` (TunedConfig and the fixed answers), `dispatch` (tuner.matmul/linear; imported
-only on use, it needs torch and Triton). Deployments need neither optuna nor sqlalchemy: the
+order above), `expand` and `online` (expand files and their online cache), `fallback` (its
+model-driven parts), `runnable` (whether a config can run a key), `answer` (TunedConfig and
+the fixed answers), `dispatch` (tuner.matmul/linear; imported only on use, it needs torch and
+Triton). Deployments need neither optuna nor sqlalchemy: the
 package never imports tuner.export or tuner.db (tests/test_architecture.py). Fallback
 constants are read from tuner.runtime.fallback: set them there.
 """

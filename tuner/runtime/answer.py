@@ -9,8 +9,8 @@ from types import MappingProxyType
 class TunedConfig(Mapping):
     """A config to launch, read-only (the runtime hands the same object to every call of a key),
     with where it came from: `source` is "table", "nearest", "cublas", "model" or "default"
-    (tuner.runtime's docstring); `bucket` is the bucket key of the table entry it came from
-    (None for the others)."""
+    (tuner.runtime's docstring), or from an expand file "expand-model" or "expand-online";
+    `bucket` is the bucket key of the table entry it came from (None for the others)."""
 
     __slots__ = ("_values", "_source", "_bucket")
 

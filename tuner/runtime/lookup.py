@@ -22,7 +22,7 @@ from tuner.bucketing.strategies import KEY_FIELDS, BucketingError, bucket_key
 from tuner.runtime import fallback
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.runnable import runnability
-from tuner.runtime.table import Measurement, read_table
+from tuner.runtime.table import Measurement, is_table_document, read_document, read_table
 from tuner.space import config_signature
 
 ENV_VAR = "TUNE_CONFIG"
@@ -88,7 +88,7 @@ class TunedTable:
     """One loaded table file (or none: every key gets cuBLAS or its default), and its answers
     so far."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, doc: object = None):
         self.path = path
         self.ops: dict[str, OpTable] = {}
         self.device_name: str | None = None
@@ -108,7 +108,7 @@ class TunedTable:
             _show_log_lines()
         if path is None:
             return
-        table = read_table(path)
+        table = read_table(path, doc)
         self.device_name = table.device_name
         try:
             self.ops = {op: OpTable(body) for op, body in table.ops.items()}
@@ -243,15 +243,30 @@ _tables: dict[str, TunedTable] = {}
 _default_table: TunedTable | None = None
 
 
+def open_table(path: Path | None) -> TunedTable:
+    """The file at `path` loaded, by what it holds: our table (`format: TABLE_FORMAT`), or a
+    FlagGems expand file (tuner.runtime.expand: its ops' value lists answer every key); None:
+    no file (cuBLAS or the default answers)."""
+    if path is None:
+        return TunedTable(None)
+    doc, text = read_document(path)
+    if not is_table_document(doc):
+        from tuner.runtime import expand
+
+        if expand.is_expand_document(doc):
+            return expand.ExpandTable(path, doc, text)
+    return TunedTable(path, doc)
+
+
 def _load(path: str | os.PathLike) -> TunedTable:
-    table = _tables[path] = TunedTable(Path(path))
+    table = _tables[path] = open_table(Path(path))
     return table
 
 
 def _load_default() -> TunedTable:
     global _default_table
     name = os.environ.get(ENV_VAR)
-    _default_table = TunedTable(Path(name) if name else None)
+    _default_table = open_table(Path(name) if name else None)
     return _default_table
 
 

@@ -31,14 +31,26 @@ class Table(NamedTuple):
     ops: dict[str, Mapping]
 
 
-def read_table(path: Path) -> Table:
-    """The table at `path`; FileNotFoundError where it cannot be read, ValueError where it is
-    not a TABLE_FORMAT document."""
+def read_document(path: Path) -> tuple[object, str]:
+    """The YAML document at `path` and the file's text (its comments say what the document
+    cannot); FileNotFoundError where it cannot be read."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        text = Path(path).read_text()
     except OSError as e:
         raise FileNotFoundError(f"gemm-tuner table {path}: {e.strerror}") from None
-    if not isinstance(doc, dict) or doc.get("format") != TABLE_FORMAT:
+    return yaml.safe_load(text), text
+
+
+def is_table_document(doc: object) -> bool:
+    return isinstance(doc, dict) and doc.get("format") == TABLE_FORMAT
+
+
+def read_table(path: Path, doc: object = None) -> Table:
+    """The table at `path` (its document `doc`, where already read); FileNotFoundError where
+    it cannot be read, ValueError where it is not a TABLE_FORMAT document."""
+    if doc is None:
+        doc = read_document(path)[0]
+    if not is_table_document(doc):
         raise ValueError(f"gemm-tuner table {path}: not a '{TABLE_FORMAT}' file "
                          "(write one with `tune export --format table`)")
     return Table((doc.get("device") or {}).get("name"), dict(doc.get("ops") or {}))
@@ -129,3 +141,47 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+# -- merging ----------------------------------------------------------------------------------
+def merge_documents(base: dict, extra: Mapping) -> tuple[dict, list[str]]:
+    """`base` (a table document) with the entries of `extra` (another, e.g. the runtime's
+    online cache, tuner.runtime.online) whose bucket `base` lacks, and notes on what was
+    added or left out. `base` wins every bucket both hold (under base's strategy for the op);
+    an op only `extra` has is added whole. Nothing of another device is taken: tiles tuned on
+    one GPU say little about another."""
+    from tuner.bucketing.strategies import bucket_key  # light, but only merging needs it
+
+    notes: list[str] = []
+    if not is_table_document(extra):
+        raise ValueError(f"not a '{TABLE_FORMAT}' document")
+    base_device = (base.get("device") or {}).get("name")
+    extra_device = (extra.get("device") or {}).get("name")
+    if base_device and extra_device and base_device != extra_device:
+        return base, [f"merge: left out every entry, tuned on {extra_device}, not "
+                      f"{base_device}"]
+    ops = base.setdefault("ops", {})
+    for op, body in (extra.get("ops") or {}).items():
+        entries = list(body.get("entries") or ())
+        if op not in ops:
+            ops[op] = {**body, "entries": entries}
+            notes.append(f"merge: added {op} with its {len(entries)} entries")
+            continue
+        mine = ops[op]
+        if body.get("kernel_source_hash") not in (None, mine.get("kernel_source_hash")):
+            notes.append(f"merge: left out {len(entries)} {op} entries measured with other "
+                         "kernel source")
+            continue
+        strategy = mine["strategy"]
+        held = {bucket_key(entry["key"], strategy) for entry in mine["entries"]}
+        added = 0
+        for entry in entries:
+            bucket = bucket_key(entry["key"], strategy)
+            if bucket not in held:
+                held.add(bucket)
+                mine["entries"].append(entry)
+                added += 1
+        mine["entries"].sort(key=lambda entry: tuple(entry["key"].values()))
+        notes.append(f"merge: added {added} {op} entries, {len(entries) - added} already "
+                     "held")
+    return base, notes

@@ -1,0 +1,329 @@
+"""Tuning once at runtime and remembering it: the online cache of an expand file
+(tuner.runtime.expand, with TUNE_ONLINE=1).
+
+The first key of a bucket that no process has tuned is tuned here, in-process, on this
+process's GPU (Triton's interpreter where TRITON_INTERPRET=1): each candidate (the expand
+product's configs that fit the key, the model's top TUNE_ONLINE_TOP_K of them) is checked
+against the float64 reference and timed with the tuner's own machinery
+(tuner.execution.measure.ShapeBench: the same correctness check and figures as `tune run`),
+the fastest few re-timed side by side, and the winner ranked by the launch mode's figure
+(TUNE_ONLINE_LAUNCH, tuner.objective's default: eager) is written to the cache.
+
+The cache is a table file (tuner.runtime.table's format: `tune export --format table
+--merge` takes it in): TUNE_ONLINE_CACHE, else `<expand file's stem>.online.yaml` beside it.
+Processes share it safely:
+
+- each write is read-merge-write of the whole file under an exclusive `fcntl.flock` of
+  `<cache>.lock`, the file replaced atomically (temp file + os.replace): no entry of another
+  process is lost, no reader sees half a file;
+- the lock is held while a bucket is tuned, and the cache is read again once it is taken: of
+  processes starting together on one key, one tunes, the others wait and then read its
+  winner (measuring nothing), and no two time on one GPU at once;
+- a key already in the cache is answered from it, timing nothing: a second process, or a
+  restart, measures nothing again. Entries of another device or of other kernel source are
+  not used (and a cache of another device is never written).
+
+`stats()` counts, per process, the configs timed, the buckets tuned and the answers the cache
+gave; TUNE_LOG=1 logs each tuning and each cache answer.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
+from tuner.runtime.runnable import shape_of
+from tuner.runtime.table import (
+    TABLE_FORMAT,
+    is_table_document,
+    read_document,
+    table_document,
+    write_atomic,
+)
+
+CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
+TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
+LAUNCH_ENV_VAR = "TUNE_ONLINE_LAUNCH"
+# How many of the model's best candidates a bucket times at most (TUNE_ONLINE_TOP_K).
+DEFAULT_TOP_K = 16
+# How many of the fastest candidates are re-timed side by side before the winner is chosen.
+RETIMED = 3
+SEED = 0
+
+_LOG = logging.getLogger("tuner.runtime")
+_STATS = {"configs_timed": 0, "buckets_tuned": 0, "cache_answers": 0}
+
+
+def stats() -> dict[str, int]:
+    """This process's counts so far: `configs_timed` (candidate configs checked and timed),
+    `buckets_tuned` (buckets whose winner this process measured and wrote), `cache_answers`
+    (buckets answered from the cache, timing nothing)."""
+    return dict(_STATS)
+
+
+def reset_stats() -> None:
+    for name in _STATS:
+        _STATS[name] = 0
+
+
+def cache_path(expand_path: str | os.PathLike) -> Path:
+    """Where an expand file's online cache lies: $TUNE_ONLINE_CACHE, else beside it."""
+    named = os.environ.get(CACHE_ENV_VAR)
+    if named:
+        return Path(named)
+    expand_path = Path(expand_path)
+    return expand_path.with_name(f"{expand_path.stem}.online.yaml")
+
+
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive lock on the cache at `path` (flock of `<path>.lock`, which is kept: removing
+    it would let two processes lock two different files), held for the block."""
+    lock = lock_path(Path(path))
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def read_cache(path: str | os.PathLike) -> dict | None:
+    """The cache's table document, None where there is no file yet; ValueError where the file
+    is not a table."""
+    try:
+        doc = read_document(Path(path))[0]
+    except FileNotFoundError:
+        return None
+    if not is_table_document(doc):
+        raise ValueError(f"gemm-tuner online cache {path}: not a '{TABLE_FORMAT}' file")
+    return doc
+
+
+def merge_entry(doc: dict, op: str, strategy: Mapping[str, str], kernel_source_hash: str,
+                entry: dict) -> dict:
+    """`doc` (a table document) with `entry` as its op's entry of the entry's bucket (any
+    entry of that bucket replaced); an op of other kernel source starts afresh."""
+    ops = doc.setdefault("ops", {})
+    body = ops.get(op)
+    if body is None or body.get("kernel_source_hash") != kernel_source_hash:
+        body = ops[op] = {"kernel_source_hash": kernel_source_hash,
+                          "strategy": dict(strategy), "entries": []}
+    strategy = body["strategy"]
+    bucket = bucket_key(entry["key"], strategy)
+    body["entries"] = [e for e in body["entries"] if bucket_key(e["key"], strategy) != bucket]
+    body["entries"].append(entry)
+    body["entries"].sort(key=lambda e: tuple(e["key"].values()))
+    return doc
+
+
+def remember(path: str | os.PathLike, device: Mapping, launch: str, op: str,
+             strategy: Mapping[str, str], kernel_source_hash: str, entry: dict) -> None:
+    """Add an entry to the cache at `path`: read, merge and write under the lock."""
+    with locked(path):
+        _write_merged(Path(path), device, launch, op, strategy, kernel_source_hash, entry)
+
+
+def _write_merged(path: Path, device: Mapping, launch: str, op: str,
+                  strategy: Mapping[str, str], kernel_source_hash: str, entry: dict) -> None:
+    """The read-merge-write itself; the caller holds the lock."""
+    doc = read_cache(path) or table_document(dict(device), {}, launch)
+    write_atomic(path, merge_entry(doc, op, strategy, kernel_source_hash, entry))
+
+
+class OnlineCache:
+    """One process's view of an online cache file, and the tuning that fills it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._stamp: tuple | None = None
+        self._doc: dict | None = None
+        self._backend = None
+        self._hashes: dict[str, str] | None = None
+        self._refused_device = False
+
+    @classmethod
+    def beside(cls, expand_path: str | os.PathLike) -> OnlineCache:
+        return cls(cache_path(expand_path))
+
+    # -- the environment ------------------------------------------------------------------
+    @property
+    def backend(self):
+        """Where candidates run: the interpreter under TRITON_INTERPRET=1, else this
+        process's current CUDA device."""
+        if self._backend is None:
+            from tuner.execution import backends
+
+            if os.environ.get("TRITON_INTERPRET") == "1":
+                self._backend = backends.interpreter_backend()
+            else:
+                import torch
+
+                self._backend = backends.gpu_backend(torch.cuda.current_device())
+        return self._backend
+
+    def smem_limit(self) -> int:
+        return self.backend.info.smem_per_block
+
+    def device_name(self) -> str:
+        return self.backend.info.name
+
+    def source_hash(self, op: str) -> str:
+        if self._hashes is None:
+            from tuner.kernels import source_hashes
+
+            self._hashes = source_hashes()
+        return self._hashes[op]
+
+    @staticmethod
+    def launch() -> str:
+        from tuner.objective import DEFAULT_LAUNCH, LAUNCH_MODES
+
+        launch = os.environ.get(LAUNCH_ENV_VAR) or DEFAULT_LAUNCH
+        if launch not in LAUNCH_MODES:
+            raise ValueError(f"{LAUNCH_ENV_VAR}={launch}: expected one of {LAUNCH_MODES}")
+        return launch
+
+    @staticmethod
+    def top_k() -> int:
+        return max(1, int(os.environ.get(TOP_K_ENV_VAR) or DEFAULT_TOP_K))
+
+    # -- reading --------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        """Re-read the file where it changed since last read (another process wrote)."""
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self._stamp:
+            self._doc = read_cache(self.path) if stamp is not None else None
+            self._stamp = stamp
+
+    def _usable(self) -> bool:
+        """Whether the file's entries were measured on this device (a new file is)."""
+        if self._doc is None:
+            return True
+        name = (self._doc.get("device") or {}).get("name")
+        if name is None or name == self.device_name():
+            return True
+        if not self._refused_device:
+            self._refused_device = True
+            warnings.warn(f"gemm-tuner: online cache {self.path} holds {name}'s configs, not "
+                          f"{self.device_name()}'s: neither read nor written (set "
+                          f"{CACHE_ENV_VAR} per device)", RuntimeWarning, stacklevel=5)
+        return False
+
+    def lookup(self, op: str, key: Mapping, strategy: Mapping[str, str]) -> dict | None:
+        """The cached config of the key's bucket (under `strategy`), or None."""
+        self._refresh()
+        hit = self._cached(op, key, strategy)
+        if hit is not None:
+            _STATS["cache_answers"] += 1
+            if os.environ.get("TUNE_LOG") == "1":
+                _LOG.info("gemm-tuner: online: %s %s answered from %s, nothing timed", op,
+                          _label(key), self.path)
+        return hit
+
+    def _cached(self, op: str, key: Mapping, strategy: Mapping[str, str]) -> dict | None:
+        if self._doc is None or not self._usable():
+            return None
+        body = (self._doc.get("ops") or {}).get(op)
+        if body is None or body.get("kernel_source_hash") != self.source_hash(op):
+            return None
+        bucket = bucket_key(key, strategy)
+        for entry in body.get("entries") or ():
+            if bucket_key(entry["key"], strategy) == bucket:
+                return dict(entry["config"])
+        return None
+
+    # -- tuning ---------------------------------------------------------------------------
+    def tune(self, op: str, key: Mapping, strategy: Mapping[str, str], ranked: list[dict],
+             excluded: frozenset[str] = frozenset()) -> dict | None:
+        """The winner of the key's bucket: the cache's, where another process wrote it while
+        this one waited for the lock; else the fastest correct of `ranked` (model order, the
+        first top_k timed), written to the cache. None where no candidate ran correctly."""
+        with locked(self.path):
+            hit = self.lookup(op, key, strategy)
+            if hit is not None and hit["variant"] not in excluded:
+                return hit
+            start = time.perf_counter()
+            won = self._measure(op, key, ranked[:self.top_k()])
+            if won is None:
+                warnings.warn(f"gemm-tuner: online: no candidate of {op} {_label(key)} ran "
+                              "correctly; using the model's pick, not cached", RuntimeWarning,
+                              stacklevel=4)
+                return None
+            config, ms, timed = won
+            launch = self.launch()
+            bucket = bucket_key(key, strategy)
+            entry = {"key": dict(zip(KEY_FIELDS, bucket)), "config": config,
+                     "source": "online", "tuned_shape": str(shape_of(key)), "ms": float(ms),
+                     "launch": launch, "configs_timed": timed,
+                     "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            _STATS["buckets_tuned"] += 1
+            if self._usable():
+                _write_merged(self.path, _device_block(self.backend.info), launch, op,
+                              strategy, self.source_hash(op), entry)
+                self._refresh()
+            if os.environ.get("TUNE_LOG") == "1":
+                _LOG.info("gemm-tuner: online: %s %s timed %d configs in %.1f s -> %s "
+                          "(%.4g ms); wrote %s", op, _label(key), timed,
+                          time.perf_counter() - start, config, ms, self.path)
+            return config
+
+    def _measure(self, op: str, key: Mapping, candidates: list[dict]
+                 ) -> tuple[dict, float, int] | None:
+        """(winner, its ms per call by the launch figure, configs timed), or None."""
+        from tuner.execution.measure import ShapeBench
+        from tuner.execution.workers import is_sticky_cuda_error
+        from tuner.objective import call_ms, eligible
+
+        launch = self.launch()
+        bench = ShapeBench(self.backend, shape_of(key), SEED)
+        measured = []
+        for config in candidates:
+            _STATS["configs_timed"] += 1
+            try:
+                result = bench.run(op, config)
+            except Exception as e:  # noqa: BLE001 - a failing candidate only loses
+                if is_sticky_cuda_error(str(e)):
+                    raise
+                continue
+            if result.status == "ok" and call_ms(result, launch) is not None:
+                measured.append((config, result))
+        if not measured:
+            return None
+        chosen = eligible([result for _, result in measured], launch)
+        finalists = sorted((pair for pair in measured if pair[1] in chosen),
+                           key=lambda pair: call_ms(pair[1], launch))[:RETIMED]
+        configs = [config for config, _ in finalists]
+        if len(finalists) == 1:
+            return configs[0], call_ms(finalists[0][1], launch), len(candidates)
+        timings = bench.retime(op, configs, launch)
+        best = min(range(len(configs)), key=lambda i: (timings[i].p50_ms, i))
+        return configs[best], timings[best].p50_ms, len(candidates)
+
+
+def _device_block(info) -> dict:
+    return {"name": str(info.name), "compute_capability": str(info.compute_capability),
+            "sm_count": int(info.sm_count), "driver": str(info.driver), "cuda": str(info.cuda),
+            "torch": str(info.torch_version), "triton": str(info.triton_version)}
+
+
+def _label(key: Mapping) -> str:
+    return (f"M={key['M']} N={key['N']} K={key['K']} {key['dtype']} strides "
+            f"{key['stride_am']},{key['stride_bk']}")
