@@ -20,8 +20,8 @@ Which config of the product answers a bucket, decided on the first key seen in i
   the visible GPU, else an H100 (tuner.model.named_devices); no GPU work. Source
   "expand-model";
 - with TUNE_ONLINE=1, the winner of timing the product's candidates (the model's top
-  TUNE_ONLINE_TOP_K where it is larger) on this process's GPU, remembered in a table-format
-  cache shared by processes (tuner.runtime.online). Source "expand-online".
+  TUNE_ONLINE_TOP_K where it is larger) and cuBLAS on this process's GPU, remembered in a
+  table-format cache shared by processes (tuner.runtime.online). Source "expand-online".
 
 A later key of the bucket gets the same config where it can run it, else its own pick. An op
 the file lacks answers cuBLAS (warned), as a table without the op does.
@@ -204,8 +204,13 @@ class ExpandTable:
             if not candidates:
                 return self._last_resort(op, runnable, excluded)
             if self.online is not None:
-                won = self.online.tune(op, key, strategy, self._ranked(key, candidates),
-                                       excluded)
+                # cuBLAS is timed beside the product, as in every study (kernels/cublas.py):
+                # a FlagGems space narrowed for Triton must not make our call slower than
+                # torch's. The model's top configs come first; cuBLAS is always timed.
+                top = self._ranked(key, candidates)[:self.online.top_k()]
+                if CUBLAS_CONFIG["variant"] not in excluded and runnable(CUBLAS_CONFIG):
+                    top.append(dict(CUBLAS_CONFIG))
+                won = self.online.tune(op, key, strategy, top, excluded)
                 if won is not None:
                     answer = TunedConfig(won, ONLINE, bucket)
             if answer is None:

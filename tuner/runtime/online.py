@@ -251,17 +251,17 @@ class OnlineCache:
         return None
 
     # -- tuning ---------------------------------------------------------------------------
-    def tune(self, op: str, key: Mapping, strategy: Mapping[str, str], ranked: list[dict],
+    def tune(self, op: str, key: Mapping, strategy: Mapping[str, str], candidates: list[dict],
              excluded: frozenset[str] = frozenset()) -> dict | None:
         """The winner of the key's bucket: the cache's, where another process wrote it while
-        this one waited for the lock; else the fastest correct of `ranked` (model order, the
-        first top_k timed), written to the cache. None where no candidate ran correctly."""
+        this one waited for the lock; else the fastest correct of `candidates` (each timed),
+        written to the cache. None where no candidate ran correctly."""
         with locked(self.path):
             hit = self.lookup(op, key, strategy)
             if hit is not None and hit["variant"] not in excluded:
                 return hit
             start = time.perf_counter()
-            won = self._measure(op, key, ranked[:self.top_k()])
+            won = self._measure(op, key, candidates)
             if won is None:
                 warnings.warn(f"gemm-tuner: online: no candidate of {op} {_label(key)} ran "
                               "correctly; using the model's pick, not cached", RuntimeWarning,
