@@ -27,6 +27,25 @@ class Database:
 
     @cached_property
     def optuna_storage(self):
-        """Optuna's RDB storage in the same database (tuner.db.session.optuna_storage)."""
+        """Optuna's RDB storage in the same database (tuner.db.session.optuna_storage).
+
+        Only `tune run` opens it, before its workers start; so this is where what killed runs
+        left is settled: their runs marked interrupted and their Optuna trials failed
+        (tuner.db.store: Store.interrupt_dead_runs, settle_dead_trials).
+        """
         from tuner.db.session import optuna_storage
-        return optuna_storage(self.url)
+        from tuner.db.store import settle_dead_trials
+        storage = optuna_storage(self.url)
+        self.store.interrupt_dead_runs()
+        settle_dead_trials(storage, self.store)
+        return storage
+
+
+def upgrade_database(url: str | None = None) -> tuple[str | None, str]:
+    """`tune db upgrade`: open the database, which brings its schema to this code's
+    (tuner.db.session.open_engine, tuner.db.migrations); (revision it was at, head)."""
+    from tuner.db.session import open_engine
+
+    seen: list[tuple[str | None, str]] = []
+    open_engine(url, on_schema=lambda before, head: seen.append((before, head))).dispose()
+    return seen[0]

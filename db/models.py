@@ -69,6 +69,9 @@ class Run(Base):
     device_id: Mapped[int] = mapped_column(ForeignKey("tuner_devices.id"))
     backend: Mapped[str] = mapped_column(String(16))
     hostname: Mapped[str] = mapped_column(String(255))
+    # The process, with hostname: a `running` run whose local process is gone was killed
+    # (None for runs stored before it was kept).
+    pid: Mapped[int | None]
     command: Mapped[list]
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]

@@ -2,6 +2,7 @@
 import optuna
 from optuna.trial import TrialState
 
+from tuner.db.store import tuner_study_id
 from tuner.execution.backends import DeviceInfo
 from tuner.kernels import kernel_variants
 from tuner.kernels.base import TILE_PARAMS
@@ -28,9 +29,10 @@ def told_and_objective(storage_url: str, study, trials, launch: str) -> tuple[di
     """Per config, what a study's sampler was told (its completed Optuna trials), and what
     it should have been told in `launch` mode: TFLOP/s at that mode's figure, 0 for a config
     that did not run."""
+    name = next(s.study_name for s in optuna.get_all_study_summaries(storage_url)
+                if tuner_study_id(s) == study.id)
     told = {tuple(sorted(t.params.items())): t.value for t in optuna.load_study(
-        study_name=f"tuner-study-{study.id}", storage=storage_url).trials
-        if t.state == TrialState.COMPLETE}
+        study_name=name, storage=storage_url).trials if t.state == TrialState.COMPLETE}
     objective = {tuple(sorted(t.params.items())):
                  call_tflops(study.shape.flops, t, launch) if t.status == "ok" else 0.0
                  for t in trials}

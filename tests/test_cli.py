@@ -166,6 +166,13 @@ def test_bad_space_is_one_line(workdir):
 
 
 def test_export_with_nothing_tuned(workdir):
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+
+    result = tune(workdir, "export", "-o", str(workdir / "x.yaml"))
+    assert result.exit_code == 1 and "no database at" in result.output
+    assert not (workdir / "tune.db").exists()  # a read-only command creates none
+    Store(session_factory(f"sqlite:///{workdir / 'tune.db'}"))
     result = tune(workdir, "export", "-o", str(workdir / "x.yaml"))
     assert result.exit_code == 1 and "no winners in the database" in result.output
 

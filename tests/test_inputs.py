@@ -1,7 +1,12 @@
 """Shapes CSV and search-space YAML: good files load, bad ones fail with file, line and field."""
+import os
+
 import pytest
+from click.testing import CliRunner
 
 from tests.factories import VARIANTS
+from tuner.bucketing.strategies import KEY_FIELDS
+from tuner.cli import main
 from tuner.shapes import Shape, ShapesError, load_shapes
 from tuner.space import SpaceError, load_space, parse_space
 
@@ -45,6 +50,43 @@ def test_bad_row_names_its_line(tmp_path, body, line, words):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("body, line, words", [
+    ("\uff16\uff14,16,32,bf16,nn,1\n", 2, "M must be an integer (ASCII digits), got '６４'"),
+    ("4_096,16,32,bf16,nn,1\n", 2, "M must be an integer (ASCII digits), got '4_096'"),
+    ("8,16,32,bf16,nn,1\n2147483648,16,32,bf16,nn,1\n", 3, "M must be <= 2**31-1"),
+    ("1099511627776,16,32,bf16,nn,1\n", 2, "M must be <= 2**31-1 (2147483647), got 1099511627776"),
+    ("2000000000,2000000000,32,bf16,nn,1\n", 2, "C would hold M*N = 4000000000000000000"),
+    ("8,16,32,bf16,nn,inf\n", 2, "weight must be a finite decimal number > 0, got 'inf'"),
+    ("8,16,32,bf16,nn,nan\n", 2, "weight must be a finite decimal number > 0, got 'nan'"),
+    ("8,16,32,bf16,nn,1e999\n", 2, "weight must be a finite decimal number > 0, got '1e999'"),
+    ("8,16,32,bf16,nn,-2\n", 2, "weight must be a finite decimal number > 0, got '-2'"),
+    ("8,16,32,bf16,nn,1_0\n", 2, "weight must be a finite decimal number > 0, got '1_0'"),
+])
+def test_numbers_are_ascii_bounded_and_finite(tmp_path, body, line, words):
+    path = write(tmp_path, "s.csv", "M,N,K,dtype,layout,weight\n" + body)
+    with pytest.raises(ShapesError) as e:
+        load_shapes(path)
+    assert str(e.value).startswith(f"{path}:{line}: {words}") and "\n" not in str(e.value)
+
+
+def test_bom_is_read_and_other_encodings_name_their_line(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufeffM,N,K,dtype\n8,16,32,fp16\n".encode())
+    assert load_shapes(path) == [Shape(8, 16, 32, "fp16")]
+    latin = tmp_path / "latin1.csv"
+    latin.write_bytes(b"M,N,K,dtype\n8,16,32,fp16\n9,16,32,bf16\xa0\n")
+    with pytest.raises(ShapesError, match=r"latin1.csv:3: expected UTF-8 text, got byte 0xa0$"):
+        load_shapes(latin)
+    nul = write(tmp_path, "nul.csv", "M,N,K,dtype\n8,16,\x0032,fp16\n")
+    with pytest.raises(ShapesError, match=r"nul.csv:2: expected CSV text, got a NUL byte"):
+        load_shapes(nul)
+
+
+def test_a_column_named_twice_is_refused(tmp_path):
+    with pytest.raises(ShapesError, match=r"s.csv:1: header names column 'dtype' twice"):
+        load_shapes(write(tmp_path, "s.csv", "M,N,K,dtype,dtype\n1,2,3,fp16,bf16\n"))
+
+
 def test_bad_header_and_missing_file(tmp_path):
     with pytest.raises(ShapesError, match=r":1: header must be .*missing dtype"):
         load_shapes(write(tmp_path, "s.csv", "M,N,K\n1,2,3\n"))
@@ -83,8 +125,16 @@ def test_space_loads_and_hash_ignores_formatting(tmp_path):
 
 @pytest.mark.parametrize("old, new, field, expected", [
     ("kernel: mm", "kernel: conv", "kernel", "one of mm"),
-    ("BLOCK_M: [32, 64]", "BLOCK_M: []", "params.BLOCK_M", "non-empty list of non-negative"),
-    ("BLOCK_M: [32, 64]", "BLOCK_M: [32, -1]", "params.BLOCK_M", "non-negative integers"),
+    ("BLOCK_M: [32, 64]", "BLOCK_M: []", "params.BLOCK_M", "non-empty list of powers of two"),
+    ("BLOCK_M: [32, 64]", "BLOCK_M: [32, -1]", "params.BLOCK_M", "got -1 in [32, -1]"),
+    ("BLOCK_M: [32, 64]", "BLOCK_M: [0]", "params.BLOCK_M", "powers of two from 1 to 4096"),
+    ("BLOCK_M: [32, 64]", "BLOCK_M: [32, 48]", "params.BLOCK_M", "got 48 in [32, 48]"),
+    ("BLOCK_N: [32]", "BLOCK_N: [true]", "params.BLOCK_N", "got True"),
+    ("BLOCK_K: [32]", "BLOCK_K: [32.0]", "params.BLOCK_K", "got 32.0"),
+    ("num_warps: [4]", "num_warps: [3]", "params.num_warps", "among 1, 2, 4, 8, 16, 32, got 3"),
+    ("num_stages: [2, 3]", "num_stages: [0]", "params.num_stages", "from 1 to 16, got 0"),
+    ("pad: [0, 64]", "pad: [7]", "params.pad", "0 (no padding) or powers of two from 8"),
+    ("GROUP_M: [8]", "GROUP_M: [0]", "params.GROUP_M", "from 1 to 4096, got 0"),
     ("  num_warps: [4]\n", "", "params.num_warps", "non-empty list"),
     ("GROUP_M: [8]", "GROUP_M: [8]\n  SPLIT_K: [2]", "params.SPLIT_K",
      "a parameter of variants general"),
@@ -109,6 +159,15 @@ def test_bad_space_names_file_field_and_expectation(tmp_path, old, new, field, e
 def test_space_that_is_not_yaml_or_not_a_mapping(tmp_path):
     with pytest.raises(SpaceError, match=r"bad.yaml:\d+: not valid YAML"):
         load_space(write(tmp_path, "bad.yaml", "kernel: mm\nparams: [1,\n"), VARIANTS)
+    with pytest.raises(SpaceError, match=r"bad.yaml:7: not valid YAML \(key 'BLOCK_M' given "):
+        load_space(write(tmp_path, "bad.yaml", GOOD_SPACE.replace(
+            "  BLOCK_N: [32]", "  BLOCK_M: [16]")), VARIANTS)
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"kernel: mm\n# caf\xe9\n")
+    with pytest.raises(SpaceError, match=r"latin1.yaml:2: expected UTF-8 text, got byte 0xe9"):
+        load_space(path, VARIANTS)
+    with pytest.raises(SpaceError, match=r"ctl.yaml:2: not valid YAML \(special characters"):
+        load_space(write(tmp_path, "ctl.yaml", "kernel: mm\nparams: \x07\n"), VARIANTS)
     with pytest.raises(SpaceError, match="field '<top level>'"):
         parse_space(["a"], "x.yaml", VARIANTS)
 
@@ -138,3 +197,199 @@ def test_conditional_space_draws_only_the_chosen_variants_parameters(tmp_path):
     config = space.suggest(FixedTrial(variant="splitk", SPLIT_K=8))
     assert config["variant"] == "splitk" and config["SPLIT_K"] == 8
     assert list(config)[:2] == ["variant", "pad"]
+
+
+# -- the command line: every bad flag or file is one line, and nothing is written -----------
+INTERPRETER = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="interpreter CLI tests run on CPU-only machines")
+ONE_SHAPE = "M,N,K,dtype\n40,48,64,bf16\n"
+
+
+@pytest.fixture
+def empty_dir(tmp_path, monkeypatch):
+    """A working folder holding only a shapes CSV, with no TUNE_DB set."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TUNE_DB", raising=False)
+    (tmp_path / "s.csv").write_text(ONE_SHAPE)
+    return tmp_path
+
+
+def tune(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def error_line(result) -> str:
+    """The one 'Error: ...' line of a refused command (click's usage lines aside)."""
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--seed", "-3"], "Invalid value for '--seed': -3 is not in the range 0<=x<=4294967295"),
+    (["--timeout", "nan"], "Invalid value for '--timeout': expected a finite number, got 'nan'"),
+    (["--compile-timeout", "inf"], "'--compile-timeout': expected a finite number, got 'inf'"),
+    (["--db", ""], "Invalid value for '--db': expected a database URL such as sqlite:///tune.db, "
+                   "got ''"),
+    (["--db", "sqlite://"], "'--db': 'sqlite://' is an in-memory database, gone when the "
+                            "command ends; expected a file"),
+    (["--db", "sqlite:///:memory:"], "'sqlite:///:memory:' is an in-memory database"),
+])
+def test_bad_run_flags_are_usage_errors(empty_dir, args, words):
+    result = tune("run", "--shapes", "s.csv", "--backend", "interpret", *args)
+    assert result.exit_code == 2 and words in error_line(result)
+    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
+
+
+@pytest.mark.parametrize("args", [["show"], ["show", "--failures"], ["export", "-o", "x.yaml"],
+                                  ["replay"]])
+def test_read_only_commands_never_create_a_database(empty_dir, args):
+    result = tune(*args)
+    assert result.exit_code == 1
+    assert error_line(result) == ("Error: no database at tune.db (--db sqlite:///tune.db); "
+                                  "`tune run` creates one")
+    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
+    result = tune(*args, "--db", f"sqlite:///{empty_dir / 'typo.db'}")
+    assert f"no database at {empty_dir / 'typo.db'}" in error_line(result)
+    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
+
+
+def test_show_failures_with_none_is_no_error(empty_dir):
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+
+    Store(session_factory(f"sqlite:///{empty_dir / 'tune.db'}"))  # an empty database
+    result = tune("show", "--failures")
+    assert result.exit_code == 0 and result.output.strip() == "no remembered failures"
+
+
+def test_suggest_refuses_a_device_the_model_does_not_know(empty_dir):
+    result = tune("suggest", "--shapes", "s.csv", "--device", "Bogus GPU", "-o", "o.yaml")
+    assert result.exit_code == 2
+    assert error_line(result) == (
+        "Error: Invalid value for '--device': no model of a GPU named 'Bogus GPU'; expected a "
+        "name containing one of H200 NVL, H200, H100 NVL, H100 PCIe, H100, A100 (e.g. "
+        "'NVIDIA H200')")
+    assert not (empty_dir / "o.yaml").exists()
+
+
+def test_an_output_that_cannot_be_written_is_one_line(empty_dir):
+    (empty_dir / "file").write_text("")
+    result = tune("suggest", "--shapes", "s.csv", "-o", "file/o.yaml")
+    assert result.exit_code == 1
+    assert error_line(result) == "Error: cannot write file/o.yaml: file is not a folder"
+    assert tune("suggest", "--shapes", "s.csv", "-o", "t.yaml").exit_code == 0
+    result = tune("export", "--table", "t.yaml", "--format", "expand", "-o", "file/x.yaml")
+    assert result.exit_code == 1
+    assert error_line(result) == "Error: cannot write file/x.yaml: file is not a folder"
+    assert not (empty_dir / "tune.db").exists()
+
+
+@INTERPRETER
+def test_validate_with_a_file_that_is_no_table(empty_dir):
+    result = tune("validate", "--config", "s.csv", "--shapes", "s.csv", "--backend",
+                  "interpret")
+    assert result.exit_code == 1
+    assert error_line(result) == ("Error: gemm-tuner table s.csv: not a 'gemm-tuner-table/2' "
+                                  "file (write one with `tune export --format table`)")
+    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
+
+
+@INTERPRETER
+def test_a_read_only_database_is_one_line(empty_dir):
+    from tuner.db.session import session_factory
+    from tuner.db.store import Store
+
+    Store(session_factory(f"sqlite:///{empty_dir / 'ro.db'}"))
+    url = f"sqlite:///file:{empty_dir / 'ro.db'}?mode=ro&uri=true"
+    result = tune("run", "--shapes", "s.csv", "--backend", "interpret", "--jobs", "1",
+                  "--trials", "1", "--db", url)
+    assert result.exit_code == 1
+    assert error_line(result).endswith("attempt to write a readonly database")
+
+
+# -- the runtime: a bad key or table is a ValueError of one line -----------------------------
+@pytest.fixture
+def table(tmp_path):
+    from tuner import runtime
+    from tuner.runtime.table import write_atomic
+
+    runtime.clear_cache()
+    key = {"M": 64, "N": 64, "K": 64, "stride_am": 64, "stride_bk": 64, "dtype": "bf16"}
+    config = {"variant": "general", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32,
+              "GROUP_M": 8, "num_stages": 3, "num_warps": 4}
+    doc = {"format": runtime.TABLE_FORMAT, "device": {"name": "NVIDIA H100 80GB HBM3"},
+           "ops": {"mm": {"strategy": dict.fromkeys(KEY_FIELDS, "default"),
+                          "entries": [{"key": key, "config": config}]}}}
+    write_atomic(tmp_path / "t.yaml", doc)
+    yield tmp_path / "t.yaml", doc
+    runtime.clear_cache()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"M": 0}, "gemm-tuner: mm M must be from 1 to 2**31-1, got 0"),
+    ({"M": -5}, "gemm-tuner: mm M must be from 1 to 2**31-1, got -5"),
+    ({"K": 2**40}, "gemm-tuner: mm K must be from 1 to 2**31-1, got 1099511627776"),
+    ({"N": 3.5}, "gemm-tuner: mm N must be an int, got 3.5 (float)"),
+    ({"stride_am": -1}, "gemm-tuner: mm stride_am must be from 0 to 2**31-1, got -1"),
+    ({"dtype": "int3"}, "gemm-tuner: mm dtype must be one of fp16, bf16, fp32, fp8e4m3, got "
+                        "'int3'"),
+    ({"op": "conv"}, "gemm-tuner: op must be one of mm, gemv, got 'conv'"),
+])
+def test_a_bad_runtime_key_is_one_value_error(table, change, words):
+    from tuner import runtime
+
+    raw = {"op": "mm", "M": 64, "N": 64, "K": 64, "dtype": "bf16", "stride_am": 64,
+           "stride_bk": 64} | change
+    for lookup in (runtime.get_tuned_config,
+                   lambda *a, **k: runtime.get_tuned_config_without(("cublas",), *a, **k)):
+        with pytest.raises(ValueError) as e:
+            lookup(raw.pop("op") if "op" in raw else "mm", path=table[0], **raw)
+        assert str(e.value) == words
+        raw["op"] = change.get("op", "mm")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["ops"]["mm"].pop("strategy"),
+     "field 'ops.mm.strategy': expected a strategy for each of M, N, K, stride_am, stride_bk, "
+     "dtype, got None"),
+    (lambda d: d["ops"]["mm"]["entries"][0].pop("config"),
+     "field 'ops.mm.entries[0].config': expected a mapping with a variant, got None"),
+    (lambda d: d["ops"]["mm"]["entries"][0]["key"].pop("K"),
+     "field 'ops.mm.entries[0].key': expected a value for each of M, N, K"),
+    (lambda d: d["ops"]["mm"]["entries"][0]["key"].update(M="big"),
+     "an entry the runtime cannot read"),
+    (lambda d: d.update(ops=["mm"]), "field 'ops': expected a mapping of op"),
+    (lambda d: d.update(device="H100"), "field 'device': expected a mapping with name"),
+])
+def test_a_wrong_schema_table_names_file_and_field(table, edit, words):
+    from tuner import runtime
+    from tuner.runtime.table import TableError, write_atomic
+
+    path, doc = table
+    edit(doc)
+    write_atomic(path, doc)
+    with pytest.raises(TableError) as e:
+        runtime.get_tuned_config("mm", M=64, N=64, K=64, dtype="bf16", stride_am=64,
+                                 stride_bk=64, path=path)
+    assert str(e.value).startswith(f"gemm-tuner table {path}: ") and words in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_malformed_table_yaml_names_the_file_and_line(tmp_path):
+    from tuner import runtime
+    from tuner.runtime.table import TableError
+
+    path = tmp_path / "t.yaml"
+    path.write_text("format: gemm-tuner-table/2\nops: [\n")
+    runtime.clear_cache()
+    with pytest.raises(TableError, match=rf"^gemm-tuner table {path}:3: not valid YAML "
+                                         r"\(expected the node content, but found"):
+        runtime.get_tuned_config("mm", M=64, N=64, K=64, dtype="bf16", stride_am=64,
+                                 stride_bk=64, path=path)
+    path.write_bytes(b"format: gemm-tuner-table/2\n# \xff\n")
+    runtime.clear_cache()
+    with pytest.raises(TableError, match=r"t.yaml:2: expected UTF-8 text, got byte 0xff$"):
+        runtime.get_tuned_config("mm", M=64, N=64, K=64, dtype="bf16", stride_am=64,
+                                 stride_bk=64, path=path)
+    runtime.clear_cache()

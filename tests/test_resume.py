@@ -70,3 +70,48 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path):
     assert all(p in stored_params for p in in_flight)  # the interrupted trials were redone
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     assert not study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+
+
+def _tune(shapes: Path, db: Path) -> tuple[float, str]:
+    """`tune run --trials 2` of a shapes file on the interpreter: seconds taken, stderr."""
+    command = [sys.executable, str(ROOT / "cli.py"), "run", "--shapes", str(shapes),
+               "--backend", "interpret", "--trials", "2", "--db", f"sqlite:///{db}"]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=shapes.parent, capture_output=True, text=True,
+                          timeout=900)
+    seconds = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr[-2000:]
+    return seconds, done.stderr
+
+
+def _copy(db: Path, to: Path) -> Path:
+    """A copy of a SQLite database, its WAL included (sqlite3's backup)."""
+    with sqlite3.connect(db) as source, sqlite3.connect(to) as target:
+        source.backup(target)
+    return to
+
+
+@pytest.mark.slow
+def test_resume_over_tuned_keys_costs_what_the_new_key_costs(tmp_path):
+    """20 keys tuned, then a run over them plus one new key: at most 1.2x the new key alone.
+    The built-in space, whose model ranking takes seconds per shape: a resume that ranked the
+    tuned keys (or waited for them to be ranked) would cost 20 of those."""
+    header = "M,N,K,dtype,layout\n"
+    tuned = [f"{32 * i},32,32,fp32,nn\n" for i in range(1, 21)]  # 20 align32 keys
+    new = "32,64,32,fp32,nn\n"
+    (tmp_path / "tuned.csv").write_text(header + "".join(tuned))
+    (tmp_path / "all.csv").write_text(header + "".join(tuned) + new)
+    (tmp_path / "new.csv").write_text(header + new)
+    base = tmp_path / "base.db"
+    _, err = _tune(tmp_path / "tuned.csv", base)
+    assert "tuned 20," in err
+
+    alone, resumed = [], []
+    for attempt in range(2):  # interleaved, the fastest of each: timings on a shared CPU
+        seconds, err = _tune(tmp_path / "new.csv", _copy(base, tmp_path / f"new{attempt}.db"))
+        assert "tuned 1, already tuned 0," in err
+        alone.append(seconds)
+        seconds, err = _tune(tmp_path / "all.csv", _copy(base, tmp_path / f"all{attempt}.db"))
+        assert "tuned 1, already tuned 20," in err
+        resumed.append(seconds)
+    assert min(resumed) <= 1.2 * min(alone), (alone, resumed)

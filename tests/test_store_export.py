@@ -351,6 +351,7 @@ def test_a_database_from_before_the_call_figures_opens_and_exports_device_time(s
         for table, column in [("tuner_trials", "host_us"), ("tuner_trials", "loop_ms"),
                               ("tuner_studies", "launch")]:
             s.execute(sql(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        s.execute(sql("DROP TABLE tuner_alembic_version"))  # unversioned, as databases were
         s.commit()
     (winner,) = Store(session_factory(db_url(tmp_path))).winners()
     assert winner.study.launch is None and winner.trial.loop_ms is None

@@ -10,7 +10,9 @@ Heavy imports (triton, the kernels, optuna, sqlalchemy) happen inside the comman
 from __future__ import annotations
 
 import functools
+import math
 import os
+import re
 import sys
 
 import click
@@ -19,11 +21,53 @@ from tuner.errors import UserError
 from tuner.objective import DEFAULT_LAUNCH, LAUNCH_MODES
 from tuner.shapes import load_shapes
 
+# SQLite URLs of an in-memory database: gone when the command ends, with nothing tuned kept.
+_IN_MEMORY_SQLITE = re.compile(r"sqlite(\+\w+)?://(/(:memory:)?)?(\?.*)?")
 
-def _use_db(ctx: click.Context, _param, url: str | None) -> None:
+
+def _use_db(ctx: click.Context, param, url: str | None) -> None:
     """Put the command's database, unopened, on the context for the command to take."""
     from tuner.db.database import Database
+    if url is not None and not url.strip():
+        raise click.BadParameter("expected a database URL such as sqlite:///tune.db, got ''",
+                                 ctx, param)
+    if url is not None and _IN_MEMORY_SQLITE.fullmatch(url.strip()):
+        raise click.BadParameter(f"{url!r} is an in-memory database, gone when the command "
+                                 "ends; expected a file, e.g. sqlite:///tune.db", ctx, param)
     ctx.obj = Database(url)
+
+
+def _existing(db):
+    """The database of a command that only reads it. Opening a SQLite file that is not there
+    would create an empty one (a mistyped --db would seem to work): UserError instead."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(db.url)
+    except ArgumentError:
+        return db  # opening it says what is wrong
+    if url.get_backend_name() == "sqlite" and url.database:
+        path = url.database
+        if url.query.get("uri") == "true" or path.startswith("file:"):
+            path = path.removeprefix("file:").split("?")[0]
+        if not os.path.exists(path):
+            raise UserError(f"no database at {path} (--db {db.url}); `tune run` creates one")
+    return db
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange refusing nan and inf (nan passes every comparison's bound check)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"expected a finite number, got {value!r}", param, ctx)
+        return number
+
+
+# Seeds numpy and Optuna's samplers take.
+SEED_TYPE = click.IntRange(min=0, max=2**32 - 1)
 
 
 db_option = click.option(
@@ -45,7 +89,7 @@ jobs_option = click.option(
     help="Processes compiling configs in parallel.")
 compile_timeout_option = click.option(
     "--compile-timeout", "compile_timeout_s", default=120.0, show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="Seconds one config may compile; past it the trial is a 'timeout'.")
 
 
@@ -61,7 +105,28 @@ def one_line_errors(command):
             return command(*args, **kwargs)
         except UserError as e:
             raise click.ClickException(str(e)) from None
+        except Exception as e:
+            refused = _database_refusal(e)
+            if refused is None:
+                raise
+            raise click.ClickException(refused) from None
     return wrapper
+
+
+def _database_refusal(error: BaseException) -> str | None:
+    """One line for an error the database raised on us (read-only file, disk full, locked),
+    found in the chain Optuna and SQLAlchemy wrap it in; None for anything else (a bug)."""
+    seen = 0
+    while error is not None and seen < 8:
+        if any(c.__module__ == "sqlalchemy.exc" and c.__name__ == "OperationalError"
+               for c in type(error).__mro__):
+            first = str(getattr(error, "orig", None) or error).splitlines()[0]
+            ctx = click.get_current_context(silent=True)
+            url = getattr(getattr(ctx, "obj", None), "url", None)
+            where = f"database {_shown_url(url)}" if url else "the database"
+            return f"{where}: {first}"
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,13 +156,15 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
               help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
               help="Trials per study (one study per bucketed key).")
-@click.option("--timeout", "timeout_s", default=None, type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", "timeout_s", default=None,
+              type=FiniteFloatRange(min=0, min_open=True),
               help="Seconds per study, at most.")
 @click.option("--patience", default=24, show_default=True, type=click.IntRange(min=1),
               help="Stop a study after this many trials in a row without a 0.5% gain "
                    "(replayed on an H200 recording with `tune replay`: 20% fewer trials "
                    "than 40, same median).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the sampler and inputs.")
+@click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
+              help="Seed of the sampler and inputs.")
 @db_option
 @click.option("--retune", is_flag=True, help="Tune keys again even if already tuned.")
 @backend_option
@@ -154,6 +221,11 @@ def run(db, shapes_path, space_paths, trials, timeout_s, patience, seed, retune,
 @one_line_errors
 def suggest(shapes_path, space_paths, device_name, fmt, output):
     """Export the analytical model's config per shape: no GPU, no trials, nothing measured."""
+    if device_name is not None:
+        from tuner.model.named_devices import known_device_error
+        unknown = known_device_error(device_name)
+        if unknown:
+            raise click.BadParameter(unknown, param_hint="'--device'")
     from tuner.suggest import write_suggestions
 
     write_suggestions(load_shapes(shapes_path), space_paths, device_name, fmt, output, _note)
@@ -191,8 +263,9 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
             raise click.BadParameter(f"unknown strategy {name!r}: choose from "
                                      f"{', '.join(STRATEGIES)}", param_hint="--strategies")
         chosen.append(STRATEGIES[name])
-    replay_strategies(db, recording_path, device_selector, save_recording, chosen, seeds,
-                      trials, in_flight, jobs, plot_path, click.echo, _note)
+    replay_strategies(db if recording_path else _existing(db), recording_path,
+                      device_selector, save_recording, chosen, seeds, trials, in_flight, jobs,
+                      plot_path, click.echo, _note)
 
 
 @main.command()
@@ -226,23 +299,61 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
 @click.option("--merge", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="(table) Add the entries of this table (e.g. a runtime online cache, "
                    "<expand>.online.yaml) for buckets the database lacks; repeatable.")
+@click.option("--time-missing", is_flag=True,
+              help="(expand) Time on this machine's device, beside each tuned shape's winner, "
+                   "the config the bounded lists answer it with where only the model priced "
+                   "it, then narrow again (at most 3 rounds); from a database the timings are "
+                   "stored as cross timings for later exports.")
+@backend_option
+@click.option("--devices", "devices_text", default=None, metavar="0,1,...",
+              help="(--time-missing) GPUs to time on [default: all visible; the first is "
+                   "used].")
+@jobs_option
+@compile_timeout_option
+@click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
+              help="(--time-missing) Seed of the inputs.")
 @click.pass_obj
 @one_line_errors
 def export(db, fmt, output, device_selector, exact, launch, max_configs, with_splitk,
-           allow_cpu, table_path, merge):
+           allow_cpu, table_path, merge, time_missing, backend_name, devices_text, jobs,
+           compile_timeout_s, seed):
     """Write the winners of one device as YAML for deployments: per kernel, the buckets of
     its latest `tune buckets` decision if there is one, else every tuned key."""
-    from tuner.export import export_device, export_table_file
-
     if merge and (fmt != "table" or table_path is not None):
         raise click.UsageError("--merge takes tables into a table export from the database: "
                                "use it with --format table")
+    if time_missing and fmt != "expand":
+        raise click.UsageError("--time-missing times what a bounded expand file lacks: use it "
+                               "with --format expand")
+    timing = None
+    if time_missing:
+        from tuner.tuning import Workers
+
+        workers = Workers(backend_name, jobs, compile_timeout_s, _device_list(devices_text))
+        devices = workers.check()  # before anything imports triton
+
+        from tuner.expand_timing import TimeMissing
+
+        timing = TimeMissing(workers, devices, seed)
+
+    from tuner.export import export_device, export_table_file
+
     if table_path is not None:
-        export_table_file(table_path, fmt, output, max_configs, with_splitk, allow_cpu, _note)
+        export_table_file(table_path, fmt, output, max_configs, with_splitk, allow_cpu, _note,
+                          time_missing=timing)
         return
-    export_device(db.store, fmt, output, device_selector, exact, launch, _note,
+    export_device(_existing(db).store, fmt, output, device_selector, exact, launch, _note,
                   max_configs=max_configs, with_splitk=with_splitk, allow_cpu=allow_cpu,
-                  source=_safe_url(db.url), merge=merge)
+                  source=_safe_url(db.url), merge=merge, time_missing=timing)
+
+
+def _shown_url(url: str) -> str:
+    """A database URL for a message: as given, unless it holds a password."""
+    from sqlalchemy.engine import make_url
+    try:
+        return _safe_url(url) if make_url(url).password else url
+    except Exception:  # not a URL SQLAlchemy parses: it has no password to hide
+        return url
 
 
 def _safe_url(url: str) -> str:
@@ -265,13 +376,14 @@ def show(db, device_selector, failures):
 
     from tuner.reports import show_table
 
-    Console().print(show_table(db.store, device_selector, failures, _note))
+    Console().print(show_table(_existing(db).store, device_selector, failures, _note))
 
 
 @main.command()
 @click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
               help="CSV with header M,N,K,dtype[,layout][,weight]; every shape tuned already.")
-@click.option("--max-regret", default=0.02, show_default=True, type=click.FloatRange(min=0),
+@click.option("--max-regret", default=0.02, show_default=True,
+              type=FiniteFloatRange(min=0),
               help="The most any listed shape may lose by sharing a config (0.02: 2% slower "
                    "than its own winner).")
 @click.option("--strategy", "candidates", multiple=True, metavar="NAME",
@@ -279,7 +391,8 @@ def show(db, device_selector, failures):
                    "start with default) [default: tuner.bucketing.search.DEFAULT_CANDIDATES].")
 @db_option
 @device_option
-@click.option("--seed", default=0, show_default=True, help="Seed of the inputs.")
+@click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
+              help="Seed of the inputs.")
 @backend_option
 @jobs_option
 @compile_timeout_option
@@ -316,7 +429,8 @@ def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, back
               show_default=True, metavar="URL", expose_value=False, callback=_use_db,
               help="Where the fresh tunes go [env: TUNE_VALIDATE_DB]; not the tuning database "
                    "(nor TUNE_DB), so the hold-out winners never reach a later export.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the sampler and inputs.")
+@click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
+              help="Seed of the sampler and inputs.")
 @backend_option
 @jobs_option
 @compile_timeout_option
@@ -335,3 +449,22 @@ def validate(db, table_path, shapes_path, trials, output, seed, backend_name, jo
 
     click.echo(validate_table(db, table_path, shapes_path, trials, seed, workers, devices,
                               sys.argv, output))
+
+
+@main.group("db")
+def db_group():
+    """The tuning database itself: its schema version."""
+
+
+@db_group.command("upgrade")
+@db_option
+@click.pass_obj
+@one_line_errors
+def db_upgrade(db):
+    """Upgrade the database's schema to this gemm-tuner's (any command opening it does too);
+    a database written by a newer gemm-tuner is refused."""
+    from tuner.db.database import upgrade_database
+
+    before, head = upgrade_database(_existing(db).url)
+    state = "already current" if before == head else "upgraded"
+    _note(f"database {_shown_url(db.url)}: schema at revision {head} ({state})")

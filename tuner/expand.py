@@ -63,6 +63,7 @@ class Outcome:
     regret: float
     replacement: tuple | None  # the fastest config inside the product, None if none runs
     measured: bool  # whether the replacement's time was measured (else the model's)
+    own: bool = False  # whether the replacement runs the shape's own winner (Case.holds)
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ class _Search:
             best, config = self._best(case, lists)
             regret = math.inf if best == math.inf else max(0.0, best / case.winner_ms - 1)
             out[case.label] = Outcome(regret, config,
-                                      config is not None and case.measured(config))
+                                      config is not None and case.measured(config),
+                                      config is not None and case.holds(config))
         return out
 
     def objective(self, lists: Lists) -> tuple:

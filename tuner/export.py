@@ -19,10 +19,11 @@ the table says which mode it holds.
 """
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tuner import flaggems
@@ -413,11 +414,14 @@ def tuned_from_db(store: Store, device: Device, winners: list[Winner], launch: s
             continue
         shape = w.study.shape
         timed = [(t.params, t.p50_ms) for t in w.study.trials if t.status == "ok"]
-        cross = {k: row for k, row in store.cross_timings(device, w.kernel, shape).items()
-                 if row.status == "ok" and row.p50_ms}
+        rows = store.cross_timings(device, w.kernel, shape)
+        cross = {k: row for k, row in rows.items() if row.status == "ok" and row.p50_ms}
         mine = cross.get(params_key(trial.params))
         scale = trial.p50_ms / mine.p50_ms if mine is not None else 1.0
         timed += [(row.params, row.p50_ms * scale) for row in cross.values()]
+        # a config found unable to run the shape (refused, wrong, failed to compile) is
+        # measured as never answering it
+        timed += [(row.params, math.inf) for row in rows.values() if row.status in CANNOT_RUN]
         tuned.append(Tuned(shape, w.kernel.name, dict(trial.params), trial.p50_ms,
                            _same_op(w.kernel.name, op, timed), weights.get(str(shape), 1.0)))
     return tuned
@@ -476,12 +480,13 @@ def triton_stand_in(pick: Pick) -> Pick:
 
 
 def flaggems_spaces(picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mapping,
-                    max_configs: int, with_splitk: bool
+                    max_configs: int, with_splitk: bool, spec=None
                     ) -> tuple[list[flaggems.OpSpace], list[str]]:
     """Per FlagGems op of the picks (mm_splitk only `with_splitk`), its value lists narrowed
     to at most max_configs configs (tuner.expand; 0: the union) over the tuned shapes of its
-    op; and comment lines for what was left out."""
-    spec = device_spec_of(device)
+    op; and comment lines for what was left out. spec: the device's model DeviceSpec, if
+    already built."""
+    spec = device_spec_of(device) if spec is None else spec
     picks = [triton_stand_in(p) for p in picks]
     kept = [p for p in picks if not _no_expand_op(p)]
     left_out = [_left_out_line(p) for p in picks if _no_expand_op(p)]
@@ -500,21 +505,112 @@ def flaggems_spaces(picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mappi
     return spaces, left_out
 
 
+# -- --time-missing: timing on the GPU the answers the model filled in ------------------------
+# How often the narrowing is redone after timing its model-filled answers, at most.
+TIMING_ROUNDS = 3
+# Cross-timing statuses that say a config cannot run a shape (it never answers it); a lost
+# worker or a timeout says nothing of the config.
+CANNOT_RUN = ("unsupported", "infeasible", "compile_error", "runtime_error", "wrong")
+
+# (tuned shape, full configs) -> each config's kernel time over the shape's winner's, both
+# timed side by side now (inf: the config cannot run the shape; None: no answer); e.g.
+# tuner.expand_timing.SideBySideTimer.
+Timer = Callable[[Tuned, list[dict]], list]
+
+
+@dataclass(frozen=True)
+class TimedMissing:
+    """What --time-missing did: configs timed, narrowing rounds that timed some, and the
+    model-filled answers left (none, unless the rounds ran out or a timing was lost)."""
+    configs: int
+    rounds: int
+    left: int
+
+    def line(self) -> str:
+        return (f"--time-missing timed {self.configs} model-filled answers on this device "
+                f"side by side with their shape's winner ({self.rounds} rounds); "
+                f"{self.left} answers still model-predicted")
+
+
+def model_filled(spaces: Sequence[flaggems.OpSpace], tuned: Sequence[Tuned]
+                 ) -> list[tuple[Tuned, dict]]:
+    """Each tuned shape whose best config inside its op's product has a model-filled time,
+    with that config in full: the shape's winner with the product's values put in (as
+    tuner.expand_cases.case_for prices it)."""
+    missing = []
+    for space in spaces:
+        n = space.narrowing
+        mine = {str(t.shape): t for t in tuned if _op_of(t.kernel, t.winner) == space.op}
+        for label, outcome in n.outcomes.items():
+            t = mine.get(label)
+            if t is None or outcome.replacement is None or outcome.measured:
+                continue
+            missing.append((t, {**t.winner, **{p: v for p, v in zip(n.params,
+                                                                    outcome.replacement)
+                                               if p in t.winner and v is not None}}))
+    return missing
+
+
+def narrowed_timing_missing(picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mapping,
+                            max_configs: int, with_splitk: bool, timer: Timer,
+                            note: Callable[[str], None] = _stderr
+                            ) -> tuple[list[flaggems.OpSpace], list[str], TimedMissing]:
+    """flaggems_spaces, with each tuned shape whose answer inside the product is
+    model-filled timed by `timer` (that config beside the shape's winner, the ratio scaled to
+    the winner's stored time) and the lists narrowed again, until no answer is model-filled
+    or TIMING_ROUNDS rounds have timed."""
+    spec = device_spec_of(device)
+    tuned = list(tuned)
+    spaces, left_out = flaggems_spaces(picks, tuned, device, max_configs, with_splitk, spec)
+    tried: set[tuple[str, str]] = set()
+    timed = rounds = 0
+    for _ in range(TIMING_ROUNDS):
+        missing = [(t, c) for t, c in model_filled(spaces, tuned)
+                   if (str(t.shape), params_key(c)) not in tried]
+        if not missing:
+            break
+        rounds += 1
+        note(f"--time-missing round {rounds}: timing {len(missing)} model-filled answers "
+             "beside their shapes' winners")
+        index = {id(t): i for i, t in enumerate(tuned)}
+        for t, config in missing:
+            tried.add((str(t.shape), params_key(config)))
+            (ratio,) = timer(t, [config])
+            if ratio is None:
+                note(f"  {t.shape}: no timing of {params_key(config)}; it stays model-filled")
+                continue
+            timed += 1
+            i = index[id(t)]
+            tuned[i] = replace(tuned[i], measured=(*tuned[i].measured,
+                                                   (config, ratio * t.winner_ms)))
+        spaces, left_out = flaggems_spaces(picks, tuned, device, max_configs, with_splitk,
+                                           spec)
+    return spaces, left_out, TimedMissing(timed, rounds, len(model_filled(spaces, tuned)))
+
+
 def flaggems_text(fmt: str, picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mapping,
                   source: str, launch: str, max_configs: int = DEFAULT_MAX_CONFIGS,
                   with_splitk: bool = False,
-                  note: Callable[[str], None] = _stderr) -> str:
+                  note: Callable[[str], None] = _stderr, timer: Timer | None = None) -> str:
     """The text of a FlagGems file of the picks: the bounded expand YAML (fmt "expand"; its
-    regret per op noted) or tune_configs.yaml ("flaggems-tune-configs"), headed by comments
-    naming the device, versions, date, `source` and what was left out."""
+    regret per op noted; with a `timer`, the model-filled answers timed first:
+    narrowed_timing_missing) or tune_configs.yaml ("flaggems-tune-configs"), headed by
+    comments naming the device, versions, date, `source` and what was left out."""
     if fmt == "expand":
-        spaces, left_out = flaggems_spaces(picks, tuned, device, max_configs, with_splitk)
+        model_note = MODEL_NOTE
+        if timer is None:
+            spaces, left_out = flaggems_spaces(picks, tuned, device, max_configs, with_splitk)
+        else:
+            spaces, left_out, done = narrowed_timing_missing(picks, tuned, device, max_configs,
+                                                             with_splitk, timer, note)
+            note(done.line())
+            model_note = f"{MODEL_NOTE}\n# {done.line()}"
         for space in spaces:
             n = space.narrowing
             note(f"{space.op}: {n.product} configs (union {n.union_product}); "
                  f"{regret_line(n)}")
         return (flaggems.expand_header(device, source, launch, max_configs, spaces,
-                                       MODEL_NOTE)
+                                       model_note)
                 + "".join(left_out) + yaml_text(flaggems.expand_document(spaces)))
     picks = [triton_stand_in(p) for p in picks]
     kept = [p for p in picks if not _no_expand_op(p)]
@@ -533,11 +629,11 @@ def flaggems_text(fmt: str, picks: Sequence[Pick], tuned: Sequence[Tuned], devic
 
 def expand_from_table(table_path: str | Path, max_configs: int = DEFAULT_MAX_CONFIGS,
                       with_splitk: bool = False, fmt: str = "expand",
-                      note: Callable[[str], None] = _stderr) -> str:
+                      note: Callable[[str], None] = _stderr, timer: Timer | None = None) -> str:
     """The FlagGems file (fmt: "expand", bounded to max_configs per op, or
     "flaggems-tune-configs") of a table file (`tune export --format table`), with no
     database: its entries' configs, weighed on their `ms` and `alternates_ms` (the model
-    filling the rest)."""
+    filling the rest, or `timer` timing what the narrowing's answers lack: flaggems_text)."""
     import yaml
 
     doc = yaml.safe_load(Path(table_path).read_text())
@@ -545,22 +641,37 @@ def expand_from_table(table_path: str | Path, max_configs: int = DEFAULT_MAX_CON
         raise ExportError(f"{table_path}: not a '{table.TABLE_FORMAT}' table file")
     return flaggems_text(fmt, picks_from_table(doc), tuned_from_table(doc),
                          doc.get("device") or {}, f"table {table_path}",
-                         doc.get("launch", GRAPH), max_configs, with_splitk, note)
+                         doc.get("launch", GRAPH), max_configs, with_splitk, note, timer)
+
+
+def _check_time_missing(fmt: str, time_missing) -> None:
+    if time_missing is not None and fmt != "expand":
+        raise ExportError(f"--time-missing times what a bounded expand file's narrowing "
+                          f"lacks: use it with --format expand, not {fmt}")
 
 
 def export_table_file(table_path: str | Path, fmt: str, output: str | Path,
                       max_configs: int = DEFAULT_MAX_CONFIGS, with_splitk: bool = False,
-                      allow_cpu: bool = False, note: Callable[[str], None] = _stderr) -> None:
-    """`tune export --table FILE`: a FlagGems file from a table file instead of a database."""
+                      allow_cpu: bool = False, note: Callable[[str], None] = _stderr,
+                      time_missing=None) -> None:
+    """`tune export --table FILE`: a FlagGems file from a table file instead of a database.
+    time_missing (expand only): a tuner.expand_timing.TimeMissing that times the narrowing's
+    model-filled answers on this machine's device (the table's: checked); nothing stored."""
     import yaml
 
     if fmt not in FLAGGEMS_FORMATS:
         raise ExportError(f"--table converts a table to {' or '.join(FLAGGEMS_FORMATS)}, not "
                           f"{fmt}")
+    _check_time_missing(fmt, time_missing)
     device = (yaml.safe_load(Path(table_path).read_text()) or {}).get("device") or {}
     check_output_name(device, output, allow_cpu)
-    write_text_atomic(output, expand_from_table(table_path, max_configs, with_splitk, fmt,
-                                                note))
+    if time_missing is None:
+        text = expand_from_table(table_path, max_configs, with_splitk, fmt, note)
+    else:
+        with time_missing.timer(device.get("fingerprint"), device.get("name"),
+                                note=note) as timer:
+            text = expand_from_table(table_path, max_configs, with_splitk, fmt, note, timer)
+    write_text_atomic(output, text)
     note(f"wrote {output} ({fmt}) from {table_path}")
 
 
@@ -569,13 +680,18 @@ def export_device(store: Store, fmt: str, output: str | Path, selector: str | No
                   note: Callable[[str], None] = _stderr, *,
                   max_configs: int = DEFAULT_MAX_CONFIGS, with_splitk: bool = False,
                   allow_cpu: bool = False, source: str = "the tuning database",
-                  merge: Sequence[str | Path] = ()) -> None:
+                  merge: Sequence[str | Path] = (), time_missing=None) -> None:
     """`tune export`: write the picks of one device (device_picks) to `output` as the expand
     YAML (fmt "expand": each op's lists bounded to max_configs configs), FlagGems'
     tune_configs.yaml ("flaggems-tune-configs") or the exact table ("table"); notes say
     what was chosen how, and the expand file's regret. A table takes in the entries of each
     `merge` file (a runtime online cache, tuner.runtime.online) whose buckets the database's
-    picks lack (tuner.runtime.table.merge_documents: the database wins its buckets)."""
+    picks lack (tuner.runtime.table.merge_documents: the database wins its buckets).
+
+    time_missing (expand only): a tuner.expand_timing.TimeMissing that times the narrowing's
+    model-filled answers on this machine's device (the winners': checked) and stores them as
+    cross timings, which later exports weigh as measured."""
+    _check_time_missing(fmt, time_missing)
     device, winners = current_device_winners(store, selector, note)
     launch = export_launch(launch, winners)
     block = device_block(device)
@@ -586,9 +702,15 @@ def export_device(store: Store, fmt: str, output: str | Path, selector: str | No
         note(line)
     if fmt in FLAGGEMS_FORMATS:
         tuned = tuned_from_db(store, device, winners, launch, picks) if fmt == "expand" else []
-        write_text_atomic(output, flaggems_text(
-            fmt, picks, tuned, block | {"smem_per_block": device.smem_per_block}, source,
-            launch, max_configs, with_splitk, note))
+        args = (fmt, picks, tuned, block | {"smem_per_block": device.smem_per_block}, source,
+                launch, max_configs, with_splitk, note)
+        if time_missing is None:
+            text = flaggems_text(*args)
+        else:
+            with time_missing.db_timer(store, device, {w.kernel.name: w.kernel
+                                                       for w in winners}, note) as timer:
+                text = flaggems_text(*args, timer=timer)
+        write_text_atomic(output, text)
     else:
         doc = table_document(block, picks, {
             w.kernel.name: w.kernel.source_hash for w in winners}, launch)

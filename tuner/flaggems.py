@@ -126,7 +126,7 @@ def expand_header(device: Mapping, source: str, launch: str, max_configs: int,
         for label, outcome in n.outcomes.items():
             if outcome.replacement is None:
                 lines.append(f"#   {label}: no config inside runs it")
-            elif outcome.regret == 0 and outcome.measured:
+            elif outcome.regret == 0 and outcome.own:
                 lines.append(f"#   {label}: 0.00%")
             else:
                 lines.append(f"#   {label}: {outcome.regret * 100:.2f}% (best inside: "

@@ -6,6 +6,9 @@ line, before anything is tuned or written.
 from __future__ import annotations
 
 import csv
+import io
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +18,14 @@ from tuner.errors import UserError
 LAYOUTS = ("nn", "nt", "tn", "tt")
 REQUIRED_COLUMNS = ("M", "N", "K", "dtype")
 OPTIONAL_COLUMNS = ("layout", "weight")
+# Bounds a shape must keep: each size fits Triton's int32 arguments, and each operand (A, B,
+# C) holds at most 2**36 elements (128 GiB of bf16: more than any one GPU's memory).
+MAX_DIM = 2**31 - 1
+MAX_OPERAND_ELEMENTS = 2**36
+# Numbers as a CSV states them: ASCII digits only (int() and float() also take '４０９６',
+# '4_096', 'inf' and 'nan', none of which a shapes file means).
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class ShapesError(UserError, ValueError):
@@ -66,12 +77,13 @@ class Shape:
 
 
 def _positive_int(text: str, column: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{column} must be an integer, got {text!r}") from None
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"{column} must be an integer (ASCII digits), got {text!r}")
+    value = int(text)
     if value < 1:
         raise ValueError(f"{column} must be >= 1, got {value}")
+    if value > MAX_DIM:
+        raise ValueError(f"{column} must be <= 2**31-1 ({MAX_DIM}), got {value}")
     return value
 
 
@@ -83,13 +95,15 @@ def _parse_row(row: dict) -> Shape:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     weight_text = (row.get("weight") or "1").strip()
-    try:
-        weight = float(weight_text)
-    except ValueError:
-        raise ValueError(f"weight must be a number, got {weight_text!r}") from None
-    if not weight > 0:
-        raise ValueError(f"weight must be > 0, got {weight_text}")
+    weight = float(weight_text) if _DECIMAL.fullmatch(weight_text) else math.nan
+    if not (weight > 0 and math.isfinite(weight)):
+        raise ValueError(f"weight must be a finite decimal number > 0, got {weight_text!r}")
     dims = {c: _positive_int((row[c] or "").strip(), c) for c in ("M", "N", "K")}
+    for name, (rows, cols) in (("A", "MK"), ("B", "KN"), ("C", "MN")):
+        elements = dims[rows] * dims[cols]
+        if elements > MAX_OPERAND_ELEMENTS:
+            raise ValueError(f"{name} would hold {rows}*{cols} = {elements} elements; expected "
+                             f"at most 2**36 ({MAX_OPERAND_ELEMENTS})")
     return Shape(**dims, dtype=dtype, layout=layout, weight=weight)
 
 
@@ -97,11 +111,31 @@ def load_shapes(path: str | Path) -> list[Shape]:
     """Every row of the CSV, in order, duplicates dropped; ShapesError on the first bad line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise ShapesError(f"{path}: cannot read shapes file ({e.strerror})") from None
-    reader = csv.DictReader(text.splitlines())
+    try:
+        text = data.decode("utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is fine
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ShapesError(f"{path}:{line}: expected UTF-8 text, got byte "
+                          f"0x{data[e.start]:02x}") from None
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise ShapesError(f"{path}:{line}: expected CSV text, got a NUL byte")
+    try:
+        return _read_rows(path, text)
+    except csv.Error as e:
+        raise ShapesError(f"{path}: not valid CSV ({e})") from None
+
+
+def _read_rows(path: Path, text: str) -> list[Shape]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     header = [h.strip() for h in reader.fieldnames or []]
+    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if twice is not None:
+        raise ShapesError(f"{path}:1: header names column {twice!r} twice; expected each of "
+                          "M,N,K,dtype[,layout][,weight] once")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     unknown = [c for c in header if c not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
     if missing or unknown:

@@ -14,7 +14,7 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -134,11 +134,39 @@ def _variant_names(source: str, values, known: Mapping[str, tuple[str, ...]]) ->
     return tuple(dict.fromkeys(values))
 
 
+def _power_of_two(low: int, high: int) -> Callable[[int], bool]:
+    return lambda v: low <= v <= high and v & (v - 1) == 0
+
+
+# What each known parameter's values may be, and the words saying so. tl.arange (and tl.dot,
+# whose tile sides are BLOCK_M/N/K) takes only powers of two; Triton launches 1 to 32 warps
+# (powers of two); a software pipeline has at least one stage; pad (kernels/padding.py) aligns
+# operands to 16 bytes or more, so 0 (none) or a power of two of at least 8 elements. A
+# parameter not listed here (a user's own kernel's) takes any non-negative integer.
+PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
+    **{name: (_power_of_two(1, 4096), "powers of two from 1 to 4096 (tl.arange and tl.dot "
+              "tile sides)") for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")},
+    "num_warps": (lambda v: v in (1, 2, 4, 8, 16, 32), "values among 1, 2, 4, 8, 16, 32"),
+    "num_stages": (lambda v: 1 <= v <= 16, "integers from 1 to 16"),
+    "GROUP_M": (lambda v: 1 <= v <= 4096, "integers from 1 to 4096"),
+    "SPLIT_K": (lambda v: 1 <= v <= 1024, "integers from 1 to 1024"),
+    "pad": (lambda v: v == 0 or _power_of_two(8, 1024)(v),
+            "0 (no padding) or powers of two from 8 to 1024"),
+    **{name: (lambda v: v in (0, 1), "0 or 1")
+       for name in ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")},
+}
+_ANY_COUNT = (lambda v: v >= 0, "non-negative integers")
+
+
 def _int_values(source: str, name: str, values) -> tuple[int, ...]:
-    if (not isinstance(values, list) or not values
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                       for v in values)):
-        raise _fail(source, f"params.{name}", "a non-empty list of non-negative integers", values)
+    allowed, words = PARAM_RULES.get(name, _ANY_COUNT)
+    expected = f"a non-empty list of {words}"
+    if not isinstance(values, list) or not values:
+        raise _fail(source, f"params.{name}", expected, values)
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool) or not allowed(v):
+            raise SpaceError(f"{source}: field 'params.{name}': expected {expected}, got "
+                             f"{v!r} in {values!r}")
     return tuple(dict.fromkeys(values))
 
 
@@ -151,7 +179,7 @@ def parse_space(doc, source: str,
     if not isinstance(doc, dict):
         raise _fail(source, "<top level>", "a mapping with kernel, params, strategy", doc)
     kernel = doc.get("kernel")
-    if kernel not in kernel_variants:
+    if not isinstance(kernel, str) or kernel not in kernel_variants:
         raise _fail(source, "kernel", f"one of {', '.join(kernel_variants)}", kernel)
     known = kernel_variants[kernel]
 
@@ -190,18 +218,61 @@ def parse_space(doc, source: str,
     return SearchSpace(kernel, checked, {f: strategy[f] for f in KEY_FIELDS}, source, read)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a mapping that names a key twice (PyYAML keeps the
+    last silently: `num_warps` listed twice would search only the second list)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                twice = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if twice:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_space(path: str | Path,
                kernel_variants: Mapping[str, Mapping[str, tuple[str, ...]]]) -> SearchSpace:
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text())
+        data = path.read_bytes()
     except OSError as e:
         raise SpaceError(f"{path}: cannot read search space ({e.strerror})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise SpaceError(f"{path}:{line}: expected UTF-8 text, got byte "
+                         f"0x{data[e.start]:02x}") from None
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)
+    except RecursionError:
+        raise SpaceError(f"{path}: not valid YAML (nested too deeply)") from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise SpaceError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+        raise SpaceError(f"{path}{yaml_error_where(e, text)}: not valid YAML "
+                         f"({yaml_error_problem(e)})") from None
     return parse_space(doc, str(path), kernel_variants)
+
+
+def yaml_error_where(e: yaml.YAMLError, text: str) -> str:
+    """':LINE' of a YAML error, where it says."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    if mark is not None:
+        return f":{mark.line + 1}"
+    position = getattr(e, "position", None)  # a ReaderError: a character YAML refuses
+    return f":{text.count(chr(10), 0, position) + 1}" if isinstance(position, int) else ""
+
+
+def yaml_error_problem(e: yaml.YAMLError) -> str:
+    """A YAML error's problem on one line."""
+    problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e)
+    return " ".join(str(problem).split())
 
 
 def builtin_spaces(kernel_variants: Mapping[str, Mapping[str, tuple[str, ...]]],

@@ -37,3 +37,16 @@ def device_and_spec(name: str | None) -> tuple[DeviceInfo, DeviceSpec]:
 def named_spec(name: str | None) -> DeviceSpec:
     """The model's spec of named_device(name)."""
     return device_and_spec(name)[1]
+
+
+def known_device_error(name: str) -> str | None:
+    """Why the model has no figures of its own for a device named `name` (one line naming the
+    parts it knows), or None where it has: what `tune suggest --device` checks, so that a
+    typo is not silently modelled as a scaled Hopper part."""
+    from tuner.model.predict import _KNOWN_PARTS
+
+    if any(part in name for part, _ in _KNOWN_PARTS):
+        return None
+    parts = ", ".join(part for part, _ in _KNOWN_PARTS)
+    return (f"no model of a GPU named {name!r}; expected a name containing one of {parts} "
+            "(e.g. 'NVIDIA H200')")

@@ -22,7 +22,13 @@ from tuner.bucketing.strategies import KEY_FIELDS, BucketingError, bucket_key
 from tuner.runtime import fallback
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.runnable import runnability
-from tuner.runtime.table import Measurement, is_table_document, read_document, read_table
+from tuner.runtime.table import (
+    Measurement,
+    TableError,
+    is_table_document,
+    read_document,
+    read_table,
+)
 from tuner.space import config_signature
 
 ENV_VAR = "TUNE_CONFIG"
@@ -114,6 +120,9 @@ class TunedTable:
             self.ops = {op: OpTable(body) for op, body in table.ops.items()}
         except BucketingError as e:  # e.g. a user strategy whose module this process lacks
             raise BucketingError(f"gemm-tuner table {path}: {e}") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+            raise TableError(f"gemm-tuner table {path}: an entry the runtime cannot read "
+                             f"({type(e).__name__}: {' '.join(str(e).split())})") from None
 
     def lookup(self, raw: tuple, excluded: frozenset[str] = frozenset()) -> TunedConfig:
         """Answer a raw key seen for the first time (the op, then KEY_FIELDS' values, then
@@ -287,7 +296,7 @@ def get_tuned_config(op: str, *, M: int, N: int, K: int, dtype: str, stride_am: 
         table = _tables.get(path) or _load(path)
     raw = (op, M, N, K, stride_am, stride_bk, dtype)
     config = table.memo.get(raw)
-    return config if config is not None else table.lookup(raw)
+    return config if config is not None else table.lookup(_checked(raw))
 
 
 def get_tuned_config_without(variants: Iterable[str], op: str, *, M: int, N: int, K: int,
@@ -301,7 +310,36 @@ def get_tuned_config_without(variants: Iterable[str], op: str, *, M: int, N: int
     excluded = frozenset(variants)
     raw = (op, M, N, K, stride_am, stride_bk, dtype, excluded)
     config = table.memo.get(raw)
-    return config if config is not None else table.lookup(raw, excluded)
+    return config if config is not None else table.lookup(_checked(raw), excluded)
+
+
+# The largest size a key may state: Triton's int32 arguments.
+MAX_KEY_SIZE = 2**31 - 1
+
+
+def _checked(raw: tuple) -> tuple:
+    """The raw key of a first call, after checking its op, sizes and dtype: ValueError with
+    one line naming the argument, its value and what was expected (a memoised key was checked
+    on its first call, so a hit costs nothing more)."""
+    from tuner.dtypes import DTYPES  # light: no torch
+
+    op = raw[0]
+    if op not in DEFAULT_CONFIGS:
+        raise ValueError(f"gemm-tuner: op must be one of {', '.join(DEFAULT_CONFIGS)}, "
+                         f"got {op!r}")
+    for name, value, low in zip(("M", "N", "K", "stride_am", "stride_bk"), raw[1:6],
+                                (1, 1, 1, 0, 0)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"gemm-tuner: {op} {name} must be an int, got {value!r} "
+                             f"({type(value).__name__})")
+        if not low <= value <= MAX_KEY_SIZE:
+            raise ValueError(f"gemm-tuner: {op} {name} must be from {low} to 2**31-1, got "
+                             f"{value}")
+    dtype = raw[6]
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"gemm-tuner: {op} dtype must be one of {', '.join(DTYPES)}, got "
+                         f"{dtype!r}")
+    return raw
 
 
 def _table_at(path: str | os.PathLike | None) -> TunedTable:

@@ -18,12 +18,22 @@ from typing import NamedTuple, Protocol
 
 import yaml
 
-from tuner.space import config_signature
+from tuner.errors import UserError
+from tuner.space import config_signature, yaml_error_problem, yaml_error_where
 
 TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
 
 
 # -- reading ----------------------------------------------------------------------------------
+class TableError(UserError, ValueError):
+    """A table file that cannot be used: one line naming the file, the field and what was
+    expected."""
+
+
+class OutputError(UserError, OSError):
+    """A file that cannot be written where it was asked for (a missing or read-only folder)."""
+
+
 class Table(NamedTuple):
     """A table file's contents the runtime reads: the device it was tuned on (its name, None
     where it names none) and per op its body (strategy and entries)."""
@@ -33,12 +43,25 @@ class Table(NamedTuple):
 
 def read_document(path: Path) -> tuple[object, str]:
     """The YAML document at `path` and the file's text (its comments say what the document
-    cannot); FileNotFoundError where it cannot be read."""
+    cannot); FileNotFoundError where it cannot be read, TableError where it is not UTF-8
+    YAML."""
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as e:
         raise FileNotFoundError(f"gemm-tuner table {path}: {e.strerror}") from None
-    return yaml.safe_load(text), text
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise TableError(f"gemm-tuner table {path}:{line}: expected UTF-8 text, got byte "
+                         f"0x{data[e.start]:02x}") from None
+    try:
+        return yaml.safe_load(text), text
+    except RecursionError:
+        raise TableError(f"gemm-tuner table {path}: not valid YAML (nested too deeply)") from None
+    except yaml.YAMLError as e:
+        raise TableError(f"gemm-tuner table {path}{yaml_error_where(e, text)}: not valid YAML "
+                         f"({yaml_error_problem(e)})") from None
 
 
 def is_table_document(doc: object) -> bool:
@@ -47,13 +70,62 @@ def is_table_document(doc: object) -> bool:
 
 def read_table(path: Path, doc: object = None) -> Table:
     """The table at `path` (its document `doc`, where already read); FileNotFoundError where
-    it cannot be read, ValueError where it is not a TABLE_FORMAT document."""
+    it cannot be read, TableError (a ValueError) where it is not a TABLE_FORMAT document or
+    its ops do not have the fields the runtime reads."""
     if doc is None:
         doc = read_document(path)[0]
     if not is_table_document(doc):
-        raise ValueError(f"gemm-tuner table {path}: not a '{TABLE_FORMAT}' file "
+        raise TableError(f"gemm-tuner table {path}: not a '{TABLE_FORMAT}' file "
                          "(write one with `tune export --format table`)")
-    return Table((doc.get("device") or {}).get("name"), dict(doc.get("ops") or {}))
+    device = doc.get("device") or {}
+    if not isinstance(device, dict):
+        raise TableError(f"gemm-tuner table {path}: field 'device': expected a mapping with "
+                         f"name, got {_brief(device)}")
+    ops = doc.get("ops") or {}
+    if not isinstance(ops, dict):
+        raise TableError(f"gemm-tuner table {path}: field 'ops': expected a mapping of op to "
+                         f"its strategy and entries, got {_brief(ops)}")
+    for op, body in ops.items():
+        _check_op(path, op, body)
+    name = device.get("name")
+    return Table(name if isinstance(name, str) else None, dict(ops))
+
+
+def _brief(value) -> str:
+    """A value for a one-line message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_op(path: Path, op, body) -> None:
+    """TableError naming the field where an op's body lacks what the runtime reads."""
+    from tuner.bucketing.strategies import KEY_FIELDS  # light; only reading needs it
+
+    where = f"gemm-tuner table {path}: field 'ops.{op}"
+    if not isinstance(body, dict):
+        raise TableError(f"{where}': expected a mapping with strategy and entries, got "
+                         f"{_brief(body)}")
+    strategy = body.get("strategy")
+    if not isinstance(strategy, dict) or any(f not in strategy for f in KEY_FIELDS):
+        raise TableError(f"{where}.strategy': expected a strategy for each of "
+                         f"{', '.join(KEY_FIELDS)}, got {_brief(strategy)}")
+    entries = body.get("entries")
+    if not isinstance(entries, list):
+        raise TableError(f"{where}.entries': expected a list of entries, got {_brief(entries)}")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise TableError(f"{where}.entries[{i}]': expected a mapping with key and config, "
+                             f"got {_brief(entry)}")
+        key, config = entry.get("key"), entry.get("config")
+        if not isinstance(key, dict) or any(f not in key for f in KEY_FIELDS):
+            raise TableError(f"{where}.entries[{i}].key': expected a value for each of "
+                             f"{', '.join(KEY_FIELDS)}, got {_brief(key)}")
+        for name, value in (("config", config),
+                            *((f"alternates[{j}]", a)
+                              for j, a in enumerate(entry.get("alternates") or ()))):
+            if not isinstance(value, dict) or not isinstance(value.get("variant"), str):
+                raise TableError(f"{where}.entries[{i}].{name}': expected a mapping with a "
+                                 f"variant, got {_brief(value)}")
 
 
 class Measurement(NamedTuple):
@@ -129,8 +201,13 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     """Write text to a temporary file beside `path`, then rename it over `path`: a reader
     sees the old file or the new one, never half of one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        reason = (f"{e.filename} is not a folder" if isinstance(e, FileExistsError)
+                  else f"{e.strerror} ({e.filename or path.parent})")
+        raise OutputError(f"cannot write {path}: {reason}") from None
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -138,8 +215,10 @@ def write_text_atomic(path: str | Path, text: str) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shipped
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         os.unlink(tmp)
+        if isinstance(e, OSError):  # e.g. the disk filled: nothing written
+            raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
         raise
 
 

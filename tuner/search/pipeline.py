@@ -12,7 +12,6 @@ import queue
 import socket
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,7 +24,12 @@ from tuner.model.predict import device_spec
 from tuner.objective import call_ms
 from tuner.search.planning import KeyPlan
 from tuner.search.study import StudyBudget, StudyRunner
-from tuner.search.warmstart import library_configs, merged, model_configs, nearest_winner_configs
+from tuner.search.warmstart import (
+    ModelRanking,
+    library_configs,
+    merged,
+    nearest_winner_configs,
+)
 from tuner.space import SearchSpace
 
 CLAIM_LEASE_S = 300.0
@@ -122,14 +126,11 @@ class TuneJob:
         self.space_rows = {n: self.store.space(space) for n, space in self.spaces.items()}
         self.run_row = self.store.start_run(self.device, self.executor.options.backend, command)
         self.claims = ClaimKeeper(self.store, CLAIM_LEASE_S)
-        # The model's warm-start picks, computed in plan order in the background: a study
-        # waits only for its own, which is ready long before for all but the first.
-        ranking = ThreadPoolExecutor(1, thread_name_prefix="model-ranking")
-        self.model_picks = {id(plan): ranking.submit(
-            model_configs, KERNELS[plan.kernel], self.spaces[plan.kernel], plan.shape,
-            self.spec, self.smem_limit) for plan in plans}
+        # The model's warm-start picks, ranked when a study starts (seconds each) and kept:
+        # finished keys never ask, so a resume costs what its new studies cost.
+        self.ranking = ModelRanking(self.spec, self.smem_limit)
         todo: queue.Queue[KeyPlan] = queue.Queue()
-        for plan in plans:
+        for plan in self._unfinished(plans):
             todo.put(plan)
         threads = [threading.Thread(target=self._device_loop, args=(slot, todo), daemon=True,
                                     name=f"device-slot-{slot}")
@@ -149,10 +150,42 @@ class TuneJob:
             self.stop.set()
             raise
         finally:
-            ranking.shutdown(wait=False, cancel_futures=True)
             self.claims.close()
             self.store.finish_run(self.run_row, status)
         return self.summary
+
+    def _unfinished(self, plans: list[KeyPlan]) -> list[KeyPlan]:
+        """The plans still to tune, in order; keys already tuned are reported skipped here,
+        before any claim, ranking or study (a key finished by another process meanwhile is
+        caught again under its claim, in _tune_key)."""
+        if self.retune:
+            return list(plans)
+        todo = []
+        for plan in plans:
+            if self._finished(plan):
+                self.summary.skipped.append(plan.label)
+                self.reporter.key_done(plan, "already tuned")
+            else:
+                todo.append(plan)
+        return todo
+
+    def _finished(self, plan: KeyPlan) -> bool:
+        return not self.retune and self.store.finished_study(
+            self.device, self.kernel_rows[plan.kernel], self.space_rows[plan.kernel],
+            plan.key) is not None
+
+    def _warm_start(self, plan: KeyPlan, kernel_row, record) -> list[dict]:
+        """The configs a study starts from (tuner.search.warmstart). Only a study with nothing
+        measured yet enqueues them, and an exhaustive one tries its whole space instead, so
+        the model ranks (seconds) only for those that will use it."""
+        kernel, space = KERNELS[plan.kernel], self.spaces[plan.kernel]
+        if self.budget.exhaustive:
+            return []
+        picks = [] if record.trials else self.ranking.configs(kernel, space, plan.shape)
+        return merged(library_configs(kernel, space),
+                      nearest_winner_configs(self.store, self.device, kernel_row, space,
+                                             plan.shape),
+                      picks)
 
     def _device_loop(self, slot: int, todo: queue.Queue) -> None:
         while not self.stop.is_set():
@@ -176,8 +209,7 @@ class TuneJob:
             self.reporter.key_done(plan, "being tuned by another run")
             return
         try:
-            if not self.retune and self.store.finished_study(self.device, kernel_row, space_row,
-                                                             plan.key):
+            if self._finished(plan):
                 self.summary.skipped.append(plan.label)
                 self.reporter.key_done(plan, "already tuned")
                 return
@@ -191,11 +223,7 @@ class TuneJob:
                 budget=self.budget, slot=slot, smem_limit=self.smem_limit,
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                 keep_going=lambda: not self.stop.is_set(),
-                warm_start=merged(
-                    library_configs(KERNELS[plan.kernel], space),
-                    nearest_winner_configs(self.store, self.device, kernel_row, space,
-                                           plan.shape),
-                    self.model_picks[id(plan)].result()))
+                warm_start=self._warm_start(plan, kernel_row, record))
             self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible
             outcome = runner.run()
             if self.stop.is_set():

@@ -26,7 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
-from tuner.db.store import Store, params_key
+from tuner.db.store import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR, Store, params_key
 from tuner.execution.executor import Executor
 from tuner.execution.measure import TrialResult, meta_gemm
 from tuner.execution.timing import Timing, is_tie
@@ -171,11 +171,36 @@ class StudyRunner:
                 study.enqueue_trial(t.params, skip_if_exists=False)
 
     # -- the loop -------------------------------------------------------------------------
+    def optuna_name(self) -> str:
+        """What the study tunes, as optuna-dashboard lists it: kernel, the shape timed, its
+        bucket, the launch mode, and our study id (unique: retunes and devices repeat the
+        rest), e.g. `mm 4096x4096x4096 bf16 nn [bucket M=4096 N=4096 K=4096 stride_am=4096
+        stride_bk=4096] eager #7`."""
+        bucket = " ".join(f"{f}={v}" for f, v in self.record.key.items() if f != "dtype")
+        return (f"{self.kernel.name} {self.shape} [bucket {bucket}] "
+                f"{self.budget.launch} #{self.record.id}")
+
     def _open(self) -> optuna.Study:
         sampler = make_sampler(self.budget.sampler, self.record.seed)
-        return optuna.create_study(study_name=f"tuner-study-{self.record.id}",
-                                   storage=self.storage, sampler=sampler, direction="maximize",
-                                   load_if_exists=True)
+        name = self.optuna_name()
+        legacy = f"{LEGACY_STUDY_PREFIX}{self.record.id}"  # stored before studies were named
+        try:
+            self.storage.get_study_id_from_name(legacy)
+            name = legacy
+        except KeyError:
+            pass
+        study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler,
+                                    direction="maximize", load_if_exists=True)
+        if STUDY_ID_ATTR not in study.user_attrs:  # a new study: what it tunes, for dashboards
+            shape = self.shape
+            for attr, value in {
+                    "kernel": self.kernel.name, "launch": self.budget.launch,
+                    "device": self.device.name, "seed": self.record.seed,
+                    "shape": {"M": shape.M, "N": shape.N, "K": shape.K, "dtype": shape.dtype,
+                              "layout": shape.layout, "label": str(shape)},
+                    "bucket": self.record.key, STUDY_ID_ATTR: self.record.id}.items():
+                study.set_user_attr(attr, value)
+        return study
 
     def _asking(self, deadline: float | None) -> bool:
         """Whether the study still wants new configs (those in flight count as taken)."""

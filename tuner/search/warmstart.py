@@ -13,6 +13,7 @@ space holds (cuBLAS): one config, the baseline every answer must beat, always me
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 
 from tuner.db.models import Device, KernelVersion, Winner
@@ -71,13 +72,44 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
                   count: int = MODEL_TOP) -> list[dict]:
     """The model's best config of each of its `count` best tile shapes (none for variants it
     does not know). Scores the study's whole space, seconds for the built-in mm space: the
-    pipeline computes these in the background while earlier studies run."""
+    pipeline asks for them through a ModelRanking, only for a study that starts."""
     from tuner.execution.measure import meta_gemm
     from tuner.model.predict import rank_configs
 
     study_space = space.for_call(meta_gemm(shape))
     return [config for _, config in rank_configs(shape, study_space, kernel, spec, smem_limit,
                                                  k=count, distinct=tile_shape)]
+
+
+class ModelRanking:
+    """model_configs for one device, computed the first time a study asks and kept.
+
+    Ranking costs seconds per shape, so `tune run` never ranks ahead of time: a key already
+    tuned is skipped before anything asks, and a resumed run pays only for the studies it
+    starts. The same (kernel, space, shape) asked again, by a retried or a second study of
+    the key, gets the kept list. Safe to share between the device threads.
+    """
+
+    def __init__(self, spec, smem_limit: int, count: int = MODEL_TOP):
+        self.spec, self.smem_limit, self.count = spec, smem_limit, count
+        self._ranked: dict[tuple, list[dict]] = {}
+        self._lock = threading.Lock()
+
+    def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
+        # The weight does not change the ranking; the rest of the shape and the space do.
+        key = (kernel.name, kernel.source_hash, space.hash,
+               shape.M, shape.N, shape.K, shape.dtype, shape.layout)
+        with self._lock:
+            if key in self._ranked:
+                return [dict(c) for c in self._ranked[key]]
+        ranked = model_configs(kernel, space, shape, self.spec, self.smem_limit, self.count)
+        with self._lock:
+            self._ranked.setdefault(key, ranked)
+        return [dict(c) for c in ranked]
+
+    def __len__(self) -> int:
+        """How many rankings were computed (what a resume should keep at its new studies)."""
+        return len(self._ranked)
 
 
 def merged(*sources: list[dict]) -> list[dict]:
