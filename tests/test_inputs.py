@@ -273,6 +273,7 @@ def test_suggest_refuses_a_device_the_model_does_not_know(empty_dir):
     assert not (empty_dir / "o.yaml").exists()
 
 
+@pytest.mark.slow
 def test_an_output_that_cannot_be_written_is_one_line(empty_dir):
     (empty_dir / "file").write_text("")
     result = tune("suggest", "--shapes", "s.csv", "-o", "file/o.yaml")
@@ -283,6 +284,15 @@ def test_an_output_that_cannot_be_written_is_one_line(empty_dir):
     assert result.exit_code == 1
     assert error_line(result) == "Error: cannot write file/x.yaml: file is not a folder"
     assert not (empty_dir / "tune.db").exists()
+
+
+def test_export_from_a_malformed_table_file_is_one_line(empty_dir):
+    (empty_dir / "bad.yaml").write_text("format: [\n")
+    result = tune("export", "--table", "bad.yaml", "--format", "expand", "-o", "out.yaml")
+    assert result.exit_code == 1
+    assert error_line(result) == ("Error: gemm-tuner table bad.yaml:2: not valid YAML (expected "
+                                  "the node content, but found '<stream end>')")
+    assert sorted(p.name for p in empty_dir.iterdir()) == ["bad.yaml", "s.csv"]
 
 
 @INTERPRETER

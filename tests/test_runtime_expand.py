@@ -163,7 +163,8 @@ def run_lookups(expand: Path, keys: list[dict], **env) -> dict:
     return json.loads(out.stdout)
 
 
-@pytest.mark.parametrize("named_cache", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("named_cache", [False, True])
 def test_the_first_process_times_and_the_second_reads_its_cache(tmp_path, named_cache):
     expand = write_expand(tmp_path / "e.yaml")
     cache = tmp_path / "elsewhere" / "c.yaml" if named_cache else tmp_path / "e.online.yaml"

@@ -634,14 +634,21 @@ def expand_from_table(table_path: str | Path, max_configs: int = DEFAULT_MAX_CON
     "flaggems-tune-configs") of a table file (`tune export --format table`), with no
     database: its entries' configs, weighed on their `ms` and `alternates_ms` (the model
     filling the rest, or `timer` timing what the narrowing's answers lack: flaggems_text)."""
-    import yaml
-
-    doc = yaml.safe_load(Path(table_path).read_text())
-    if not isinstance(doc, dict) or doc.get("format") != table.TABLE_FORMAT:
+    doc = _table_document(table_path)
+    if not table.is_table_document(doc):
         raise ExportError(f"{table_path}: not a '{table.TABLE_FORMAT}' table file")
     return flaggems_text(fmt, picks_from_table(doc), tuned_from_table(doc),
                          doc.get("device") or {}, f"table {table_path}",
                          doc.get("launch", GRAPH), max_configs, with_splitk, note, timer)
+
+
+def _table_document(table_path: str | Path) -> object:
+    """The YAML document of a table file; a missing, non-UTF-8 or malformed file is one
+    line naming it (tuner.runtime.table.read_document)."""
+    try:
+        return table.read_document(Path(table_path))[0]
+    except FileNotFoundError as e:
+        raise ExportError(str(e)) from None
 
 
 def _check_time_missing(fmt: str, time_missing) -> None:
@@ -657,13 +664,12 @@ def export_table_file(table_path: str | Path, fmt: str, output: str | Path,
     """`tune export --table FILE`: a FlagGems file from a table file instead of a database.
     time_missing (expand only): a tuner.expand_timing.TimeMissing that times the narrowing's
     model-filled answers on this machine's device (the table's: checked); nothing stored."""
-    import yaml
-
     if fmt not in FLAGGEMS_FORMATS:
         raise ExportError(f"--table converts a table to {' or '.join(FLAGGEMS_FORMATS)}, not "
                           f"{fmt}")
     _check_time_missing(fmt, time_missing)
-    device = (yaml.safe_load(Path(table_path).read_text()) or {}).get("device") or {}
+    doc = _table_document(table_path)
+    device = (doc.get("device") if isinstance(doc, dict) else None) or {}
     check_output_name(device, output, allow_cpu)
     if time_missing is None:
         text = expand_from_table(table_path, max_configs, with_splitk, fmt, note)
