@@ -23,6 +23,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -634,21 +635,28 @@ def expand_from_table(table_path: str | Path, max_configs: int = DEFAULT_MAX_CON
     "flaggems-tune-configs") of a table file (`tune export --format table`), with no
     database: its entries' configs, weighed on their `ms` and `alternates_ms` (the model
     filling the rest, or `timer` timing what the narrowing's answers lack: flaggems_text)."""
-    doc = _table_document(table_path)
-    if not table.is_table_document(doc):
-        raise ExportError(f"{table_path}: not a '{table.TABLE_FORMAT}' table file")
+    return _flaggems_of_table(_table_document(table_path), table_path, fmt, max_configs,
+                              with_splitk, note, timer)
+
+
+def _flaggems_of_table(doc: Mapping, table_path: str | Path, fmt: str, max_configs: int,
+                       with_splitk: bool, note: Callable[[str], None],
+                       timer: Timer | None) -> str:
     return flaggems_text(fmt, picks_from_table(doc), tuned_from_table(doc),
                          doc.get("device") or {}, f"table {table_path}",
                          doc.get("launch", GRAPH), max_configs, with_splitk, note, timer)
 
 
-def _table_document(table_path: str | Path) -> object:
-    """The YAML document of a table file; a missing, non-UTF-8 or malformed file is one
+def _table_document(table_path: str | Path) -> dict:
+    """The document of a table file; a missing, non-UTF-8, malformed or non-table file is one
     line naming it (tuner.runtime.table.read_document)."""
     try:
-        return table.read_document(Path(table_path))[0]
+        doc = table.read_document(Path(table_path))[0]
     except FileNotFoundError as e:
         raise ExportError(str(e)) from None
+    if not table.is_table_document(doc):
+        raise ExportError(f"{table_path}: not a '{table.TABLE_FORMAT}' table file")
+    return doc
 
 
 def _check_time_missing(fmt: str, time_missing) -> None:
@@ -669,14 +677,12 @@ def export_table_file(table_path: str | Path, fmt: str, output: str | Path,
                           f"{fmt}")
     _check_time_missing(fmt, time_missing)
     doc = _table_document(table_path)
-    device = (doc.get("device") if isinstance(doc, dict) else None) or {}
+    device = doc.get("device") or {}
     check_output_name(device, output, allow_cpu)
-    if time_missing is None:
-        text = expand_from_table(table_path, max_configs, with_splitk, fmt, note)
-    else:
-        with time_missing.timer(device.get("fingerprint"), device.get("name"),
-                                note=note) as timer:
-            text = expand_from_table(table_path, max_configs, with_splitk, fmt, note, timer)
+    timing = nullcontext() if time_missing is None else time_missing.timer(
+        device.get("fingerprint"), device.get("name"), note=note)
+    with timing as timer:
+        text = _flaggems_of_table(doc, table_path, fmt, max_configs, with_splitk, note, timer)
     write_text_atomic(output, text)
     note(f"wrote {output} ({fmt}) from {table_path}")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tuner.dtypes import DTYPES
 from tuner.errors import UserError
+from tuner.textfiles import decoded
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 REQUIRED_COLUMNS = ("M", "N", "K", "dtype")
@@ -114,12 +115,7 @@ def load_shapes(path: str | Path) -> list[Shape]:
         data = path.read_bytes()
     except OSError as e:
         raise ShapesError(f"{path}: cannot read shapes file ({e.strerror})") from None
-    try:
-        text = data.decode("utf-8-sig")  # a byte-order mark (Excel's "CSV UTF-8") is fine
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ShapesError(f"{path}:{line}: expected UTF-8 text, got byte "
-                          f"0x{data[e.start]:02x}") from None
+    text = decoded(data, str(path), ShapesError)
     if "\0" in text:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise ShapesError(f"{path}:{line}: expected CSV text, got a NUL byte")

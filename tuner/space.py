@@ -24,6 +24,7 @@ import yaml
 
 from tuner.bucketing.strategies import KEY_FIELDS, STRATEGY_FORMS, BucketingError, strategy_function
 from tuner.errors import UserError
+from tuner.textfiles import decoded, parsed_yaml
 
 if TYPE_CHECKING:
     from tuner.kernels.base import Gemm
@@ -244,35 +245,9 @@ def load_space(path: str | Path,
         data = path.read_bytes()
     except OSError as e:
         raise SpaceError(f"{path}: cannot read search space ({e.strerror})") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise SpaceError(f"{path}:{line}: expected UTF-8 text, got byte "
-                         f"0x{data[e.start]:02x}") from None
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except RecursionError:
-        raise SpaceError(f"{path}: not valid YAML (nested too deeply)") from None
-    except yaml.YAMLError as e:
-        raise SpaceError(f"{path}{yaml_error_where(e, text)}: not valid YAML "
-                         f"({yaml_error_problem(e)})") from None
+    text = decoded(data, str(path), SpaceError)
+    doc = parsed_yaml(text, str(path), SpaceError, loader=_UniqueKeyLoader)
     return parse_space(doc, str(path), kernel_variants)
-
-
-def yaml_error_where(e: yaml.YAMLError, text: str) -> str:
-    """':LINE' of a YAML error, where it says."""
-    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    if mark is not None:
-        return f":{mark.line + 1}"
-    position = getattr(e, "position", None)  # a ReaderError: a character YAML refuses
-    return f":{text.count(chr(10), 0, position) + 1}" if isinstance(position, int) else ""
-
-
-def yaml_error_problem(e: yaml.YAMLError) -> str:
-    """A YAML error's problem on one line."""
-    problem = getattr(e, "problem", None) or getattr(e, "reason", None) or str(e)
-    return " ".join(str(problem).split())
 
 
 def builtin_spaces(kernel_variants: Mapping[str, Mapping[str, tuple[str, ...]]],

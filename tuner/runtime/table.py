@@ -19,7 +19,8 @@ from typing import NamedTuple, Protocol
 import yaml
 
 from tuner.errors import UserError
-from tuner.space import config_signature, yaml_error_problem, yaml_error_where
+from tuner.space import config_signature
+from tuner.textfiles import decoded, parsed_yaml
 
 TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
 
@@ -49,19 +50,9 @@ def read_document(path: Path) -> tuple[object, str]:
         data = Path(path).read_bytes()
     except OSError as e:
         raise FileNotFoundError(f"gemm-tuner table {path}: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise TableError(f"gemm-tuner table {path}:{line}: expected UTF-8 text, got byte "
-                         f"0x{data[e.start]:02x}") from None
-    try:
-        return yaml.safe_load(text), text
-    except RecursionError:
-        raise TableError(f"gemm-tuner table {path}: not valid YAML (nested too deeply)") from None
-    except yaml.YAMLError as e:
-        raise TableError(f"gemm-tuner table {path}{yaml_error_where(e, text)}: not valid YAML "
-                         f"({yaml_error_problem(e)})") from None
+    label = f"gemm-tuner table {path}"
+    text = decoded(data, label, TableError)
+    return parsed_yaml(text, label, TableError), text
 
 
 def is_table_document(doc: object) -> bool:
