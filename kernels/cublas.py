@@ -77,6 +77,9 @@ class TorchCalls(Repeated):
         self._transposed[key] = (weakref.ref(weight, forget), weight_t, weight.data_ptr())
         return weight_t
 
+    def compiled_action(self, out):
+        return "torch"  # torch.mm / addmm / _scaled_mm, as at::linear and at::mm reach them
+
     def matmul(self, a, b, out, scale_a, scale_b):
         if scale_a is not None:
             return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=out)

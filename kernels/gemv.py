@@ -50,7 +50,9 @@ def _gemv_kernel(
     a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
     x_ptrs = x_ptr + ks * stride_xk
 
-    acc = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    # Products accumulate elementwise and are summed over K once, after the loop: a sum per
+    # step would shuffle across threads on every step, and the loop should only stream A.
+    acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
     for k_step in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
@@ -59,16 +61,17 @@ def _gemv_kernel(
             k_left = K - k_step * BLOCK_K
             a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
             x = tl.load(x_ptrs, mask=ks < k_left, other=0.0)
-        acc += tl.sum(a.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
+        acc += a.to(tl.float32) * x.to(tl.float32)[None, :]
         a_ptrs += BLOCK_K * stride_ak
         x_ptrs += BLOCK_K * stride_xk
+    y = tl.sum(acc, axis=1)
 
     out_rows = first_row + tl.arange(0, BLOCK_M)
     if SCALED:
-        acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+        y = y * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
     if HAS_BIAS:  # stride_bias 0: one bias for every row (N == 1)
-        acc += tl.load(bias_ptr + out_rows * stride_bias, mask=out_rows < M).to(tl.float32)
-    tl.store(y_ptr + out_rows * stride_ym, acc.to(y_ptr.dtype.element_ty), mask=out_rows < M)
+        y += tl.load(bias_ptr + out_rows * stride_bias, mask=out_rows < M).to(tl.float32)
+    tl.store(y_ptr + out_rows * stride_ym, y.to(y_ptr.dtype.element_ty), mask=out_rows < M)
 
 
 def _as_gemv(gemm: Gemm):

@@ -375,6 +375,13 @@ class Repeated:
     def matmul(self, a, b, out, scale_a, scale_b) -> torch.Tensor:
         raise NotImplementedError
 
+    def compiled_action(self, out: torch.Tensor):
+        """What the dispatcher's compiled front (tuner/runtime/fastpath.cpp) runs for later
+        calls whose results look like `out`: "torch" for the operator torch's own call
+        reaches, (issue, out) for recorded launches issue(a, b, out, bias, scale_a, scale_b)
+        into a new output like `out`, None for this Python object."""
+        return None
+
 
 class _ReplayedCall(Repeated):
     """Allocate the output, re-issue the recorded launches. The shape is kept as a plain
@@ -396,6 +403,9 @@ class _ReplayedCall(Repeated):
             out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
         self.issue(a, b, out, None, scale_a, scale_b)
         return out
+
+    def compiled_action(self, out):
+        return self.issue, out
 
 
 class Prepared:

@@ -15,7 +15,9 @@ calls with the new operands' addresses (kernels/launches.py), skipping Triton's 
 binding and specialization; and a public call whose signature (every tensor's shape, strides,
 dtype, device and alignment) was seen before skips validation too (`Repeated`): that
 signature passed it already, and decides the launches. A key tuned to `cublas` goes straight
-to the torch function the user would have called.
+to the torch function the user would have called. `tuner.matmul` and `tuner.linear` put a
+compiled front over this module's functions (tuner/runtime/fastpath.py): it serves repeated
+calls from what `_remember` tells it, and hands every other call to them.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from tuner.kernels import kernel_for, launches
 from tuner.kernels.base import Gemm, Kernel
 from tuner.kernels.launches import Prepared, Repeated
 from tuner.kernels.padding import pad_changes_nothing
-from tuner.runtime import lookup
+from tuner.runtime import fastpath, lookup
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS
 from tuner.runtime.lookup import get_tuned_config
 
@@ -103,6 +105,7 @@ def clear_cache() -> None:
     _CALLS.clear()
     _LINEAR_REPEATS.clear()
     _MATMUL_REPEATS.clear()
+    fastpath.clear()
     lookup.clear_cache()
 
 
@@ -266,17 +269,21 @@ def _described(t: torch.Tensor | None) -> tuple | None:
     return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15
 
 
-def _remember(repeats: dict, signature: tuple, call: _Call | None, out: torch.Tensor,
-              same_addresses: bool) -> None:
-    """Note how later calls of `signature` run (Prepared.repeated): a library variant's torch
-    function, or the replay of the launches where the operands they read sit at the
-    arguments' own addresses (`same_addresses`)."""
+def _remember(name: str, signature: tuple, call: _Call | None, out: torch.Tensor,
+              same_addresses: bool, args: tuple, kwargs: dict) -> None:
+    """Note how later calls of `signature` (the public call `name(*args, **kwargs)`) run
+    (Prepared.repeated): a library variant's torch function, or the replay of the launches
+    where the operands they read sit at the arguments' own addresses (`same_addresses`).
+    The compiled front (fastpath) learns the same."""
+    repeats = _LINEAR_REPEATS if name == "linear" else _MATMUL_REPEATS
     if signature in repeats:
         return
     repeat = None if call is None else call.prepared.repeated(out)
     if repeat is not None and repeat.reads_recorded_views and not same_addresses:
         repeat = None
     repeats[signature] = repeat
+    fastpath.remember(name, None if repeat is None else repeat.compiled_action(out), args,
+                      kwargs)
 
 
 # -- the public functions ---------------------------------------------------------------------
@@ -321,10 +328,11 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
             return _mm(a, b, scale_a, scale_b, allow_tf32)
         _mm_out(a, b, out, scale_a, scale_b, allow_tf32)
         return out
-    out = _new_out(a, N, out_dtype) if out is None else out
-    call = _compute(Gemm(a, b, out, None, scale_a, scale_b, allow_tf32))
-    _remember(_MATMUL_REPEATS, signature, call, out, same_addresses=True)
-    return out
+    product = _new_out(a, N, out_dtype) if out is None else out
+    call = _compute(Gemm(a, b, product, None, scale_a, scale_b, allow_tf32))
+    _remember("matmul", signature, call, product, True, (a, b, out),
+              dict(scale_a=scale_a, scale_b=scale_b, allow_tf32=allow_tf32))
+    return product
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -352,6 +360,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return _linear(x, weight, bias, allow_tf32)
     out, call, x2 = _linear_run(x, weight, bias, allow_tf32)
     # A replay reads x where the first call's launches read x2: the same only for a view.
-    _remember(_LINEAR_REPEATS, signature, call, out,
-              same_addresses=x2.data_ptr() == x.data_ptr())
+    _remember("linear", signature, call, out, x2.data_ptr() == x.data_ptr(),
+              (x, weight, bias), dict(allow_tf32=allow_tf32))
     return out

@@ -1,0 +1,81 @@
+"""`tuner.matmul` and `tuner.linear` as users call them: compiled in front of the Python
+dispatcher (fastpath.cpp).
+
+A repeated call's Python (its signature, the lookup, the checks) costs more host time than
+torch's own call of the same GEMM, and in eager PyTorch host time is what a decode call
+costs. The compiled functions look a call's signature up in what the Python dispatcher
+`remember`ed on its first call, and run the torch operator or the recorded launches; every
+other call goes to the Python function, which validates, decides, warns and raises.
+
+Built once per source, torch and Python version by torch.utils.cpp_extension (its cache:
+$TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions), when `tuner.matmul` or `tuner.linear` is
+first looked up: tuning processes, which never call them, build nothing. TUNE_FASTPATH=0, or
+a machine with no C++ compiler (one warning), leaves the Python functions in front.
+Under torch.compile, Dynamo traces the Python function in place of the compiled one.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("fastpath.cpp")
+# The compiled module, once loaded (None: not loaded, disabled, or unbuildable).
+_module = None
+_loaded = False
+
+
+def _load():
+    """The compiled module, built if the cache lacks it; None where it is off or fails."""
+    global _module, _loaded
+    if _loaded:
+        return _module
+    _loaded = True
+    if os.environ.get("TUNE_FASTPATH", "1") == "0":
+        return None
+    from torch.utils import cpp_extension
+    source = SOURCE.read_bytes()
+    version = f"{torch.__version__} {sys.version}".encode()
+    name = "tuner_fastpath_" + hashlib.sha256(source + version).hexdigest()[:16]
+    try:
+        _module = cpp_extension.load(name=name, sources=[str(SOURCE)],
+                                     extra_cflags=["-O2"], verbose=False)
+    except Exception as error:  # no compiler, no ninja, a failed build: the Python path runs
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        warnings.warn(f"gemm-tuner: could not build {SOURCE.name} ({reason}); tuner.matmul "
+                      "and tuner.linear run in Python (TUNE_FASTPATH=0 skips the build)",
+                      RuntimeWarning, stacklevel=3)
+    return _module
+
+
+def front(name: str, python_function: Callable) -> Callable:
+    """What `tuner.<name>` is: the compiled function in front of `python_function`, or
+    `python_function` itself where nothing is compiled."""
+    module = _load()
+    if module is None:
+        return python_function
+    module.install(name, python_function, torch.nn.Parameter)
+    compiled = getattr(module, name)
+    # Dynamo cannot trace a C function: under torch.compile it traces the Python one instead.
+    from torch._dynamo import substitute_in_graph
+    substitute_in_graph(compiled, skip_signature_check=True)(python_function)
+    return compiled
+
+
+def remember(name: str, action, args: tuple, kwargs: dict) -> None:
+    """Later calls of `tuner.<name>` with these arguments' signature take `action`: None (the
+    Python function), "torch" (the operator torch's own call reaches) or (issue, output)
+    (kernels.launches.Repeated.compiled_action)."""
+    if _module is not None:
+        _module.remember(name, action, args, kwargs)
+
+
+def clear() -> None:
+    """Forget every remembered signature."""
+    if _module is not None:
+        _module.clear()
