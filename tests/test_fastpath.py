@@ -105,6 +105,8 @@ def test_errors_are_the_python_functions_own():
         tuner.matmul(a, a)
     with pytest.raises(TypeError, match="unexpected keyword"):
         tuner.linear(a, a, bogus=1)
+    with pytest.raises(TypeError, match="multiple values"):
+        tuner.linear(a, a, None, bias=None)
 
 
 def test_a_replayed_signature_fills_a_new_output_through_its_issue_function():
@@ -119,17 +121,20 @@ def test_a_replayed_signature_fills_a_new_output_through_its_issue_function():
         out.copy_(a @ b)
 
     a, b, bias = torch.randn(4, 16), torch.randn(16, 6), torch.randn(6)
-    assert fastpath._module.remember("matmul", (issue, torch.empty(4, 6)), (a, b, None), {})
-    assert not fastpath._module.remember("matmul", None, (a, b, None), {})  # kept the first
+    operands = (a, b, None, None, None, None)
+    assert fastpath._module.remember("matmul", (issue, torch.empty(4, 6)), operands, False)
+    assert not fastpath._module.remember("matmul", None, operands, False)  # kept the first
     got = tuner.matmul(a, b)
     torch.testing.assert_close(got, a @ b)
     assert seen[-1][0] is a and seen[-1][1] is b and seen[-1][2:] == (None, None, None)
     weight = torch.randn(6, 16)
-    fastpath._module.remember("linear", (issue, torch.empty(4, 6)), (a, weight.t(), bias), {})
+    fastpath._module.remember("linear", (issue, torch.empty(4, 6)),
+                              (a, weight.t(), None, bias, None, None), False)
     tuner.linear(a, weight.t(), bias)
     assert seen[-1][2] is bias
     empty, e_b = torch.empty(0, 16), torch.randn(16, 6)
-    fastpath._module.remember("matmul", (issue, torch.empty(0, 6)), (empty, e_b, None), {})
+    fastpath._module.remember("matmul", (issue, torch.empty(0, 6)),
+                              (empty, e_b, None, None, None, None), False)
     with pytest.raises(RuntimeError, match="launch failed"):
         tuner.matmul(empty, e_b)
 

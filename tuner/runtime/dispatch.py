@@ -270,11 +270,12 @@ def _described(t: torch.Tensor | None) -> tuple | None:
 
 
 def _remember(name: str, signature: tuple, call: _Call | None, out: torch.Tensor,
-              same_addresses: bool, args: tuple, kwargs: dict) -> None:
-    """Note how later calls of `signature` (the public call `name(*args, **kwargs)`) run
-    (Prepared.repeated): a library variant's torch function, or the replay of the launches
-    where the operands they read sit at the arguments' own addresses (`same_addresses`).
-    The compiled front (fastpath) learns the same."""
+              same_addresses: bool, operands: tuple, allow_tf32: bool) -> None:
+    """Note how later calls of `signature` (the public call `name` with these arguments, as
+    (a, b, out, bias, scale_a, scale_b)) run (Prepared.repeated): a library variant's torch
+    function, or the replay of the launches where the operands they read sit at the
+    arguments' own addresses (`same_addresses`). The compiled front (fastpath) learns the
+    same."""
     repeats = _LINEAR_REPEATS if name == "linear" else _MATMUL_REPEATS
     if signature in repeats:
         return
@@ -282,8 +283,8 @@ def _remember(name: str, signature: tuple, call: _Call | None, out: torch.Tensor
     if repeat is not None and repeat.reads_recorded_views and not same_addresses:
         repeat = None
     repeats[signature] = repeat
-    fastpath.remember(name, None if repeat is None else repeat.compiled_action(out), args,
-                      kwargs)
+    fastpath.remember(name, None if repeat is None else repeat.compiled_action(out), operands,
+                      allow_tf32)
 
 
 # -- the public functions ---------------------------------------------------------------------
@@ -330,8 +331,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
         return out
     product = _new_out(a, N, out_dtype) if out is None else out
     call = _compute(Gemm(a, b, product, None, scale_a, scale_b, allow_tf32))
-    _remember("matmul", signature, call, product, True, (a, b, out),
-              dict(scale_a=scale_a, scale_b=scale_b, allow_tf32=allow_tf32))
+    _remember("matmul", signature, call, product, True, (a, b, out, None, scale_a, scale_b),
+              allow_tf32)
     return product
 
 
@@ -361,5 +362,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     out, call, x2 = _linear_run(x, weight, bias, allow_tf32)
     # A replay reads x where the first call's launches read x2: the same only for a view.
     _remember("linear", signature, call, out, x2.data_ptr() == x.data_ptr(),
-              (x, weight, bias), dict(allow_tf32=allow_tf32))
+              (x, weight, None, bias, None, None), allow_tf32)
     return out

@@ -16,7 +16,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <cstring>
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,36 +34,55 @@ struct Action {
   at::Device device = at::kCPU;
 };
 
-// One public function: its argument names in slot order (tensors, then allow_tf32), how many
-// may come positionally, its Python implementation and the actions by signature.
+// A call's tensors in the order the replay's issue function takes them
+// (kernels/launches.operands_of), whichever public function brought them.
+constexpr int kOperands = 6;
+constexpr int kOut = 2, kBias = 3, kScaleA = 4, kScaleB = 5;
+
+struct Parameter {
+  const char* name;
+  int operand;  // where the argument goes in Call::operands
+};
+
+// One public function: its tensor parameters (the positional ones first), how many may come
+// positionally, its Python implementation and the actions by signature.
 struct Function {
   const char* name;
-  std::vector<const char*> tensor_names;
+  std::vector<Parameter> params;
   Py_ssize_t max_positional;
   PyObject* python = nullptr;
   std::unordered_map<std::string, Action> actions;
 };
 
-constexpr int kMaxSlots = 5;
-
-Function matmul_function{"matmul", {"a", "b", "out", "scale_a", "scale_b"}, 3};
-Function linear_function{"linear", {"x", "weight", "bias"}, 3};
+Function matmul_function{
+    "matmul", {{"a", 0}, {"b", 1}, {"out", kOut}, {"scale_a", kScaleA}, {"scale_b", kScaleB}}, 3};
+Function linear_function{"linear", {{"x", 0}, {"weight", 1}, {"bias", kBias}}, 3};
 PyTypeObject* parameter_type = nullptr;  // torch.nn.Parameter: a plain tensor here
 
 struct Call {
-  PyObject* slots[kMaxSlots] = {nullptr};  // borrowed; nullptr where the argument is None
+  PyObject* operands[kOperands] = {nullptr};  // borrowed; nullptr where absent or None
   bool allow_tf32 = false;
 };
 
+// Puts an argument at its operand (None leaves it absent); false for anything but a plain
+// tensor or Parameter (a subclass has rules of its own: the Python function serves it).
+bool put(Call& call, int operand, PyObject* arg) {
+  if (arg == Py_None) return true;
+  if (!THPVariable_CheckExact(arg) && Py_TYPE(arg) != parameter_type) return false;
+  call.operands[operand] = arg;
+  return true;
+}
+
 // Fills `call` from the arguments as Python would bind them; false where the Python function
-// should see them instead (unknown keywords, a non-tensor, a subclass with its own rules).
+// should see them instead (unknown keywords, a non-tensor, a subclass).
 bool bind(const Function& fn, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
           Call& call) {
-  const auto n = static_cast<Py_ssize_t>(fn.tensor_names.size());
   if (nargs < 2 || nargs > fn.max_positional) return false;
-  PyObject* bound[kMaxSlots] = {nullptr};
-  for (Py_ssize_t i = 0; i < nargs; ++i) bound[i] = args[i];
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (!put(call, fn.params[i].operand, args[i])) return false;
+  }
   const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  const auto n = fn.params.size();
   for (Py_ssize_t k = 0; k < nkw; ++k) {
     PyObject* key = PyTuple_GET_ITEM(kwnames, k);
     PyObject* value = args[nargs + k];
@@ -72,18 +91,12 @@ bool bind(const Function& fn, PyObject* const* args, Py_ssize_t nargs, PyObject*
       call.allow_tf32 = value == Py_True;
       continue;
     }
-    Py_ssize_t slot = 2;  // a and b (x and weight) only come positionally on this path
-    while (slot < n && PyUnicode_CompareWithASCIIString(key, fn.tensor_names[slot]) != 0) ++slot;
-    if (slot == n || bound[slot] != nullptr) return false;
-    bound[slot] = value;
+    // a and b (x and weight) only come positionally on this path, the rest either way once
+    size_t p = std::max<size_t>(2, nargs);
+    while (p < n && PyUnicode_CompareWithASCIIString(key, fn.params[p].name) != 0) ++p;
+    if (p == n || !put(call, fn.params[p].operand, value)) return false;
   }
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* arg = bound[i];
-    if (arg == nullptr || arg == Py_None) continue;
-    if (!THPVariable_CheckExact(arg) && Py_TYPE(arg) != parameter_type) return false;
-    call.slots[i] = arg;
-  }
-  return call.slots[0] != nullptr && call.slots[1] != nullptr;
+  return call.operands[0] != nullptr && call.operands[1] != nullptr;
 }
 
 void append(std::string& key, int64_t value) {
@@ -98,12 +111,13 @@ bool signature(const Function& fn, const Call& call, std::string& key) {
   const bool grad = at::GradMode::is_enabled();
   key.reserve(256);
   append(key, call.allow_tf32);
-  for (size_t i = 0; i < fn.tensor_names.size(); ++i) {
-    if (call.slots[i] == nullptr) {
+  for (const Parameter& param : fn.params) {
+    PyObject* arg = call.operands[param.operand];
+    if (arg == nullptr) {
       append(key, -1);
       continue;
     }
-    const at::Tensor& t = THPVariable_Unpack(call.slots[i]);
+    const at::Tensor& t = THPVariable_Unpack(arg);
     if ((grad && t.requires_grad()) || !t.has_storage() ||
         t.key_set().has(c10::DispatchKey::Python)) {
       return false;
@@ -119,8 +133,9 @@ bool signature(const Function& fn, const Call& call, std::string& key) {
   return true;
 }
 
-const at::Tensor* tensor(const Call& call, int slot) {
-  return call.slots[slot] == nullptr ? nullptr : &THPVariable_Unpack(call.slots[slot]);
+const at::Tensor* tensor(const Call& call, int operand) {
+  PyObject* arg = call.operands[operand];
+  return arg == nullptr ? nullptr : &THPVariable_Unpack(arg);
 }
 
 // The torch operator a cuBLAS key calls: what torch.matmul and F.linear reach. Unlike torch's
@@ -129,15 +144,15 @@ at::Tensor torch_call(const Function& fn, const Call& call) {
   const at::Tensor& a = *tensor(call, 0);
   const at::Tensor& b = *tensor(call, 1);
   if (&fn == &linear_function) {
-    const at::Tensor* bias = tensor(call, 2);
+    const at::Tensor* bias = tensor(call, kBias);
     if (a.dim() != 2) return bias == nullptr ? at::linear(a, b) : at::linear(a, b, *bias);
     // What at::linear does for a 2-D x, without its composite layers.
     return bias == nullptr ? at::mm(a, b.t()) : at::addmm(*bias, a, b.t());
   }
-  const at::Tensor* out = tensor(call, 2);
-  if (call.slots[3] != nullptr) {
-    const at::Tensor& scale_a = *tensor(call, 3);
-    const at::Tensor& scale_b = *tensor(call, 4);
+  const at::Tensor* out = tensor(call, kOut);
+  if (call.operands[kScaleA] != nullptr) {
+    const at::Tensor& scale_a = *tensor(call, kScaleA);
+    const at::Tensor& scale_b = *tensor(call, kScaleB);
     if (out == nullptr) {
       return at::_scaled_mm(a, b, scale_a, scale_b, std::nullopt, std::nullopt, at::kBFloat16);
     }
@@ -153,8 +168,8 @@ at::Tensor torch_call(const Function& fn, const Call& call) {
 }
 
 // A new output (or the caller's `out`), filled by the recorded launches.
-PyObject* replay(const Function& fn, const Call& call, const Action& action) {
-  PyObject* out = &fn == &matmul_function ? call.slots[2] : nullptr;
+PyObject* replay(const Call& call, const Action& action) {
+  PyObject* out = call.operands[kOut];
   if (out != nullptr) {
     Py_INCREF(out);
   } else {
@@ -163,15 +178,15 @@ PyObject* replay(const Function& fn, const Call& call, const Action& action) {
     out = THPVariable_Wrap(std::move(fresh));
     if (out == nullptr) return nullptr;
   }
-  const bool linear = &fn == &linear_function;
-  PyObject* operands[6] = {call.slots[0], call.slots[1], out,
-                           linear && call.slots[2] ? call.slots[2] : Py_None,
-                           !linear && call.slots[3] ? call.slots[3] : Py_None,
-                           !linear && call.slots[4] ? call.slots[4] : Py_None};
+  PyObject* operands[kOperands];
+  for (int i = 0; i < kOperands; ++i) {
+    operands[i] = call.operands[i] == nullptr ? Py_None : call.operands[i];
+  }
+  operands[kOut] = out;
   // Held for the call: Python code may run another thread meanwhile, and `clear` drop it.
   PyObject* issue = action.issue;
   Py_INCREF(issue);
-  PyObject* issued = PyObject_Vectorcall(issue, operands, 6, nullptr);
+  PyObject* issued = PyObject_Vectorcall(issue, operands, kOperands, nullptr);
   Py_DECREF(issue);
   if (issued == nullptr) {
     Py_DECREF(out);
@@ -192,13 +207,13 @@ PyObject* dispatch(Function& fn, PyObject* const* args, size_t nargsf, PyObject*
       const Action& action = found->second;
       if (action.kind == Kind::Torch) {
         at::Tensor result = torch_call(fn, call);
-        if (&fn == &matmul_function && call.slots[2] != nullptr) {
-          Py_INCREF(call.slots[2]);
-          return call.slots[2];
+        if (PyObject* out = call.operands[kOut]) {  // the caller's own: matmul(..., out)
+          Py_INCREF(out);
+          return out;
         }
         return THPVariable_Wrap(std::move(result));
       }
-      if (action.kind == Kind::Replay) return replay(fn, call, action);
+      if (action.kind == Kind::Replay) return replay(call, action);
     }
   }
   return PyObject_Vectorcall(fn.python, args, nargs, kwnames);
@@ -229,42 +244,39 @@ PyObject* install(PyObject*, PyObject* args) {
   Py_INCREF(python);
   Py_XDECREF(fn->python);
   fn->python = python;
-  parameter_type = reinterpret_cast<PyTypeObject*>(parameter);
   Py_INCREF(parameter);
+  Py_XDECREF(reinterpret_cast<PyObject*>(parameter_type));
+  parameter_type = reinterpret_cast<PyTypeObject*>(parameter);
   Py_RETURN_NONE;
 }
 
-// remember(name, action, args, kwargs): later calls with these arguments' signature take
-// `action`: None (the Python path), "torch" (the operator), or (issue, example_output).
+// remember(name, action, operands, allow_tf32): later calls of `name` with the signature of
+// these operands (a, b, out, bias, scale_a, scale_b; None where absent) take `action`: None
+// (the Python path), "torch" (the operator), or (issue, example_output). False where such
+// calls cannot be served here at all, or the signature has its action already.
 PyObject* remember(PyObject*, PyObject* args) {
   HANDLE_TH_ERRORS
-  PyObject *name, *action_object, *call_args, *call_kwargs;
-  if (!PyArg_ParseTuple(args, "UOO!O!", &name, &action_object, &PyTuple_Type, &call_args,
-                        &PyDict_Type, &call_kwargs)) {
+  PyObject *name, *action_object, *operands;
+  int allow_tf32;
+  if (!PyArg_ParseTuple(args, "UOO!p", &name, &action_object, &PyTuple_Type, &operands,
+                        &allow_tf32)) {
     return nullptr;
   }
   Function* fn = function_named(name);
   if (fn == nullptr) return nullptr;
-  // The arguments as a vectorcall sees them, so that bind() reads them as a call would.
-  std::vector<PyObject*> flat;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(call_args); ++i) {
-    flat.push_back(PyTuple_GET_ITEM(call_args, i));
-  }
-  PyObject* kwnames = PyTuple_New(PyDict_GET_SIZE(call_kwargs));
-  if (kwnames == nullptr) return nullptr;
-  PyObject *k, *v;
-  Py_ssize_t pos = 0, i = 0;
-  while (PyDict_Next(call_kwargs, &pos, &k, &v)) {
-    Py_INCREF(k);
-    PyTuple_SET_ITEM(kwnames, i++, k);
-    flat.push_back(v);
+  if (PyTuple_GET_SIZE(operands) != kOperands) {
+    PyErr_SetString(PyExc_ValueError, "remember: operands are (a, b, out, bias, scale_a, scale_b)");
+    return nullptr;
   }
   Call call;
+  call.allow_tf32 = allow_tf32;
+  bool known = true;
+  for (const Parameter& param : fn->params) {
+    known = known && put(call, param.operand, PyTuple_GET_ITEM(operands, param.operand));
+  }
   std::string key;
-  const bool known = bind(*fn, flat.data(), PyTuple_GET_SIZE(call_args),
-                          i ? kwnames : nullptr, call) &&
-                     signature(*fn, call, key);
-  Py_DECREF(kwnames);
+  known = known && call.operands[0] != nullptr && call.operands[1] != nullptr &&
+          signature(*fn, call, key);
   if (!known || fn->actions.count(key)) Py_RETURN_FALSE;
   Action action;
   if (action_object == Py_None) {

@@ -46,7 +46,7 @@ def _load():
         _module = cpp_extension.load(name=name, sources=[str(SOURCE)],
                                      extra_cflags=["-O2"], verbose=False)
     except Exception as error:  # no compiler, no ninja, a failed build: the Python path runs
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        reason = (str(error).strip() or type(error).__name__).splitlines()[0]
         warnings.warn(f"gemm-tuner: could not build {SOURCE.name} ({reason}); tuner.matmul "
                       "and tuner.linear run in Python (TUNE_FASTPATH=0 skips the build)",
                       RuntimeWarning, stacklevel=3)
@@ -67,12 +67,13 @@ def front(name: str, python_function: Callable) -> Callable:
     return compiled
 
 
-def remember(name: str, action, args: tuple, kwargs: dict) -> None:
-    """Later calls of `tuner.<name>` with these arguments' signature take `action`: None (the
-    Python function), "torch" (the operator torch's own call reaches) or (issue, output)
-    (kernels.launches.Repeated.compiled_action)."""
+def remember(name: str, action, operands: tuple, allow_tf32: bool) -> None:
+    """Later calls of `tuner.<name>` with the signature of these arguments (as the operands
+    a, b, out, bias, scale_a, scale_b: kernels.launches.operands_of's order, None where
+    absent) take `action`: None (the Python function), "torch" (the operator torch's own call
+    reaches) or (issue, output) (kernels.launches.Repeated.compiled_action)."""
     if _module is not None:
-        _module.remember(name, action, args, kwargs)
+        _module.remember(name, action, operands, allow_tf32)
 
 
 def clear() -> None:
