@@ -1,6 +1,7 @@
 """Opening the tuning database from a URL, with one clear error line when that fails."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -8,7 +9,7 @@ import time
 import warnings
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -172,6 +173,7 @@ def _storage_class():
     if _TunerStorage is not None:
         return _TunerStorage
     import optuna
+    from optuna.storages._rdb import models
     from optuna.trial import TrialState
 
     class TunerStorage(optuna.storages.RDBStorage):
@@ -193,6 +195,7 @@ def _storage_class():
             self._held: set[int] = set()
             self._held_lock = threading.Lock()
             self._beating: threading.Thread | None = None
+            event.listen(self.scoped_session, "before_flush", self._own_popped)
 
         def __getstate__(self):
             state = super().__getstate__()
@@ -205,14 +208,20 @@ def _storage_class():
             self._init_holding()
 
         def _create_new_trial(self, study_id, template_trial=None):
-            # what create_new_trial and Optuna's cached storage (Study.ask) both call
+            # What create_new_trial and Optuna's cached storage (Study.ask) both call. A plain
+            # ask becomes a RUNNING template that carries its owner, so that the trial and its
+            # owner are one commit: a kill between two commits would leave a RUNNING trial
+            # nobody is known to hold.
+            if template_trial is None:
+                template_trial = optuna.trial.create_trial(
+                    state=TrialState.RUNNING, system_attrs={OWNER_ATTR: self.owner})
             trial = super()._create_new_trial(study_id, template_trial)
             if trial.state == TrialState.RUNNING:
                 self._hold(trial._trial_id)
-                trial.system_attrs[OWNER_ATTR] = self.owner
             return trial
 
         def set_trial_state_values(self, trial_id, state, values=None):
+            # a WAITING trial popped into RUNNING gets its owner in the same flush (_own_popped)
             changed = super().set_trial_state_values(trial_id, state, values)
             if changed and state == TrialState.RUNNING:
                 self._hold(trial_id)
@@ -221,8 +230,25 @@ def _storage_class():
                     self._held.discard(trial_id)
             return changed
 
+        def _own_popped(self, session, _flush_context, _instances) -> None:
+            """before_flush: a trial this flush moves from WAITING to RUNNING is this
+            process's; its OWNER_ATTR row joins the same transaction."""
+            owner = json.dumps(self.owner)
+            for trial in session.dirty:
+                if not (isinstance(trial, models.TrialModel)
+                        and trial.state == TrialState.RUNNING
+                        and TrialState.WAITING in inspect(trial).attrs.state.history.deleted):
+                    continue
+                with session.no_autoflush:
+                    held = models.TrialSystemAttributeModel.find_by_trial_and_key(
+                        trial, OWNER_ATTR, session)
+                if held is None:
+                    session.add(models.TrialSystemAttributeModel(
+                        trial_id=trial.trial_id, key=OWNER_ATTR, value_json=owner))
+                else:
+                    held.value_json = owner
+
         def _hold(self, trial_id: int) -> None:
-            self.set_trial_system_attr(trial_id, OWNER_ATTR, self.owner)
             self.record_heartbeat(trial_id)
             with self._held_lock:
                 self._held.add(trial_id)

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 
 from tests.factories import H100, SMALL_SPACE
 from tuner.db.database import Database
@@ -133,6 +133,32 @@ def test_trials_left_by_dead_processes_are_failed_and_redone_where_the_study_res
     assert closed_running.number == 0
     assert foreign.trials[foreign_running.number].state == TrialState.RUNNING  # not ours
     assert settle_dead_trials(storage, store) == 0  # nothing twice
+
+
+def test_a_trial_becomes_running_and_owned_in_one_commit(db):
+    """A kill between two commits must not leave a RUNNING trial nobody is known to hold: at
+    every commit, each RUNNING trial, asked new or popped from the queue, names its owner."""
+    url, *_ = db
+    storage = optuna_storage(url)
+    study = optuna.create_study(storage=storage)
+    unowned: list[int] = []
+
+    def check(_session):
+        with storage.engine.connect() as conn:
+            unowned.extend(conn.execute(text(
+                "SELECT trial_id FROM trials WHERE state = 'RUNNING' AND trial_id NOT IN "
+                "(SELECT trial_id FROM trial_system_attributes WHERE key = :key)"),
+                {"key": OWNER_ATTR}).scalars())
+
+    event.listen(storage.scoped_session, "after_commit", check)
+    asked = study.ask()
+    study.enqueue_trial({"x": 1})
+    popped = study.ask()
+    assert popped.suggest_int("x", 0, 9) == 1
+    assert unowned == []
+    me = f"{HOST}:{os.getpid()}"
+    assert [storage.get_trial(t._trial_id).system_attrs[OWNER_ATTR]
+            for t in (asked, popped)] == [me, me]
 
 
 def test_opening_the_storage_for_a_run_settles_what_dead_runs_left(db):
