@@ -52,15 +52,17 @@ def _gemv_kernel(
 
     # Products accumulate elementwise and are summed over K once, after the loop: a sum per
     # step would shuffle across threads on every step, and the loop should only stream A.
+    # A is read once, x by every program: A's lines leave L2 first, so x's stay.
     acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
     for k_step in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
-            a = tl.load(a_ptrs)
-            x = tl.load(x_ptrs)
+            a = tl.load(a_ptrs, eviction_policy="evict_first")
+            x = tl.load(x_ptrs, eviction_policy="evict_last")
         else:
             k_left = K - k_step * BLOCK_K
-            a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0)
-            x = tl.load(x_ptrs, mask=ks < k_left, other=0.0)
+            a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0,
+                        eviction_policy="evict_first")
+            x = tl.load(x_ptrs, mask=ks < k_left, other=0.0, eviction_policy="evict_last")
         acc += a.to(tl.float32) * x.to(tl.float32)[None, :]
         a_ptrs += BLOCK_K * stride_ak
         x_ptrs += BLOCK_K * stride_xk

@@ -13,6 +13,7 @@ one Triton launch (`_copy_kernel`), so a padded call replays like any other
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -35,8 +36,16 @@ COPY_WARPS = 4
 
 @triton.jit
 def _copy_tiles(src, dst, rows, cols, src_stride, dst_stride, tile,
-                BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+                BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                SRC_STRIDE_MULTIPLE: tl.constexpr, DST_STRIDE_MULTIPLE: tl.constexpr):
     """Copy tile `tile` of the rows×cols matrix src (unit inner stride) into dst."""
+    # Triton knows a stride divides by 16 or nothing; an unaligned operand's stride (4100)
+    # still divides by 4, which lets its rows move in 8-byte vectors instead of one element
+    # at a time. (A stride of 1 arrives as a constant: there is nothing to say of it.)
+    if SRC_STRIDE_MULTIPLE > 1:
+        src_stride = tl.multiple_of(src_stride, SRC_STRIDE_MULTIPLE)
+    if DST_STRIDE_MULTIPLE > 1:
+        dst_stride = tl.multiple_of(dst_stride, DST_STRIDE_MULTIPLE)
     tiles_c = tl.cdiv(cols, BLOCK_COLS)
     if tile < tl.cdiv(rows, BLOCK_ROWS) * tiles_c:
         r = (tile // tiles_c) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -50,14 +59,16 @@ def _copy_tiles(src, dst, rows, cols, src_stride, dst_stride, tile,
 @triton.jit
 def _copy_kernel(src0, dst0, rows0, cols0, src_stride0, dst_stride0,
                  src1, dst1, rows1, cols1, src_stride1, dst_stride1,
-                 BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr):
+                 BLOCK_ROWS: tl.constexpr, BLOCK_COLS: tl.constexpr,
+                 SRC_STRIDE_MULTIPLE0: tl.constexpr, DST_STRIDE_MULTIPLE0: tl.constexpr,
+                 SRC_STRIDE_MULTIPLE1: tl.constexpr, DST_STRIDE_MULTIPLE1: tl.constexpr):
     """Program (tile, m) copies tile `tile` of matrix m: both operands in one launch."""
     if tl.program_id(1) == 0:
         _copy_tiles(src0, dst0, rows0, cols0, src_stride0, dst_stride0, tl.program_id(0),
-                    BLOCK_ROWS, BLOCK_COLS)
+                    BLOCK_ROWS, BLOCK_COLS, SRC_STRIDE_MULTIPLE0, DST_STRIDE_MULTIPLE0)
     else:
         _copy_tiles(src1, dst1, rows1, cols1, src_stride1, dst_stride1, tl.program_id(0),
-                    BLOCK_ROWS, BLOCK_COLS)
+                    BLOCK_ROWS, BLOCK_COLS, SRC_STRIDE_MULTIPLE1, DST_STRIDE_MULTIPLE1)
 
 
 def _padded(dim: int, multiple: int) -> int:
@@ -120,12 +131,15 @@ def _copy_in(copies: list[tuple[torch.Tensor, torch.Tensor]], compile_only: bool
     pairs = [(_storage(src), _storage(dst)) for src, dst in copies]
     tiles = max(-(-s.shape[0] // COPY_BLOCK_ROWS) * -(-s.shape[1] // COPY_BLOCK_COLS)
                 for s, _ in pairs)
-    args = []
-    for src, dst in pairs + pairs[:1] * (2 - len(pairs)):  # the second slot unused if one
+    args, multiples = [], {}
+    for i, (src, dst) in enumerate(pairs + pairs[:1] * (2 - len(pairs))):  # slot 1 may idle
         args += [src, dst, *src.shape, src.stride(0), dst.stride(0)]
+        # the largest power of two up to 16 that divides each row stride
+        multiples[f"SRC_STRIDE_MULTIPLE{i}"] = math.gcd(src.stride(0), 16)
+        multiples[f"DST_STRIDE_MULTIPLE{i}"] = math.gcd(dst.stride(0), 16)
     start(_copy_kernel, (tiles, len(pairs)), tuple(args),
-          dict(BLOCK_ROWS=COPY_BLOCK_ROWS, BLOCK_COLS=COPY_BLOCK_COLS, num_warps=COPY_WARPS),
-          compile_only)
+          dict(BLOCK_ROWS=COPY_BLOCK_ROWS, BLOCK_COLS=COPY_BLOCK_COLS, num_warps=COPY_WARPS,
+               **multiples), compile_only)
 
 
 def run_padded(variant: Variant, gemm: Gemm, tunables: Mapping[str, int], pad: int,

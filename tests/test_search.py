@@ -77,11 +77,11 @@ def world(tmp_path):
     run = store.start_run(device, "gpu", ["tune"])
 
     def runner(executor, trials, timeout=None, retune=False, space=SPACE, patience=None,
-               warm_start=(), exhaustive=False, launch=GRAPH):
+               warm_start=(), exhaustive=False, launch=GRAPH, polish=0):
         record = store.open_study(device, kernel_row, store.space(space), SHAPE.key(), SHAPE,
                                   seed=3, retune=retune, launch=launch)
         budget = StudyBudget(trials, timeout, 3, batch=4, patience=patience,
-                             exhaustive=exhaustive, launch=launch)
+                             exhaustive=exhaustive, launch=launch, polish=polish)
         return StudyRunner(store, optuna_storage(url), executor, run, device, kernel_row,
                            record, KERNELS["mm"], space, SHAPE, budget=budget, slot=0,
                            smem_limit=232448, on_trial=lambda *a: None,
@@ -106,6 +106,33 @@ def test_every_distinct_config_once_failures_recorded_best_retimed(world):
     assert outcome.best.tflops == max(map(speed, ok))
     assert len(executor.retimed) == 1 and len(executor.retimed[0]) == 3
     assert outcome.final.p50_ms == pytest.approx(1.0 / outcome.best.tflops)
+
+
+@pytest.mark.parametrize("polish", [0, 12])
+def test_polish_descends_from_the_best_config_one_parameter_at_a_time(world, polish):
+    """One sampled trial (the warm start, 64x64x32), then the descent: each round measures the
+    best config's unmeasured neighbours (a step along one parameter's list), until the
+    fastest config of the space (128x128x64, two stages: three won't compile) is reached,
+    within the polish budget."""
+    executor = ScriptedExecutor()
+    start = {"variant": "general", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32,
+             "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    runner, record = world.runner(executor, trials=1, warm_start=[start], polish=polish)
+    outcome = runner.run()
+    trials = world.store.trials_of(record)
+    assert trials[0].params == start
+    if not polish:
+        assert len(trials) == 1 and outcome.best.params == start
+        return
+    assert 1 < len(trials) <= 1 + polish
+    assert len(set(signatures(executor.compiled))) == len(executor.compiled)
+    for trial in trials[1:]:  # every step is one parameter away from a config before it
+        assert any(sum(trial.params[k] != t.params[k] for k in start) == 1
+                   for t in trials[:trial.number])
+    best = {**start, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}
+    assert outcome.best.params == best
+    told, objective = told_and_objective(world.url, record, trials, GRAPH)
+    assert told == objective
 
 
 @pytest.mark.slow

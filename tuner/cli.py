@@ -163,6 +163,9 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
               help="Stop a study after this many trials in a row without a 0.5% gain "
                    "(replayed on an H200 recording with `tune replay`: 20% fewer trials "
                    "than 40, same median).")
+@click.option("--polish", default=12, show_default=True, type=click.IntRange(min=0),
+              help="Trials past the sampler's that step from a study's best config to its "
+                   "neighbours, one parameter at a time (0: none).")
 @click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
               help="Seed of the sampler and inputs.")
 @db_option
@@ -190,15 +193,15 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @compile_timeout_option
 @click.pass_obj
 @one_line_errors
-def run(db, shapes_path, space_paths, trials, timeout_s, patience, seed, retune, backend_name,
-        devices_text, jobs, batch, sampler, exhaustive, launch, compile_timeout_s):
+def run(db, shapes_path, space_paths, trials, timeout_s, patience, polish, seed, retune,
+        backend_name, devices_text, jobs, batch, sampler, exhaustive, launch, compile_timeout_s):
     """Tune every shape listed in --shapes and store every trial in the database."""
     from tuner.tuning import RunOptions, Workers, tune_run
 
     shapes = load_shapes(shapes_path)
     workers = Workers(backend_name, jobs, compile_timeout_s, _device_list(devices_text))
     options = RunOptions(trials, timeout_s, patience, seed, batch, sampler, exhaustive, launch,
-                         retune)
+                         retune, polish)
     summary = tune_run(db, shapes, space_paths, options, workers, sys.argv, _note)
     click.echo(f"tuned {len(summary.tuned)}, already tuned {len(summary.skipped)}, "
                f"busy elsewhere {len(summary.busy)}, failed {len(summary.failed)}", err=True)

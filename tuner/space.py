@@ -72,6 +72,19 @@ class SearchSpace:
         return sum(math.prod(len(self.params[p]) for p in params if p != "variant")
                    for params in self.variant_params.values())
 
+    def neighbours(self, config: Mapping) -> list[dict]:
+        """The configs one step from `config` along one of its parameters (that parameter's
+        next smaller or larger value in this space), the variant and every other parameter
+        kept: what a coordinate-descent step tries."""
+        steps = []
+        for name in self.variant_params[config["variant"]][1:]:
+            values = sorted(self.params[name])
+            if config[name] in values:
+                i = values.index(config[name])
+                steps += [{**config, name: values[j]} for j in (i - 1, i + 1)
+                          if 0 <= j < len(values)]
+        return steps
+
     def configs(self):
         """Every config of the space, variant by variant (`size` of them), in a fixed order."""
         for variant, names in self.variant_params.items():

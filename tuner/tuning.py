@@ -99,6 +99,7 @@ class RunOptions:
     exhaustive: bool
     launch: str
     retune: bool
+    polish: int = 0
 
 
 def tune_run(db, shapes: list, space_paths: Sequence[str], options: RunOptions,
@@ -126,7 +127,8 @@ def tune_run(db, shapes: list, space_paths: Sequence[str], options: RunOptions,
              f"each (configs in space: {sizes})")
         budget = StudyBudget(options.trials, options.timeout_s, options.seed,
                              options.batch or workers.default_batch, options.patience,
-                             options.sampler, options.exhaustive, options.launch)
+                             options.sampler, options.exhaustive, options.launch,
+                             options.polish)
         return tune_plans(db, executor, spaces, plans, budget, options.retune, command)
     finally:
         executor.close()

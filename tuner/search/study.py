@@ -8,8 +8,11 @@ draws the variant first and then only that variant's parameters (SearchSpace.sug
 known to fail for this specialization are skipped without compiling or timing, and configs
 found infeasible before compiling do not count against the trial budget. A new study first
 tries the configs it is given to warm-start from (tuner.search.warmstart), and a study may stop
-early once `patience` trials in a row bring no improvement. At the end the top configs are re-timed
-side by side, and the winner is the best of that re-timing.
+early once `patience` trials in a row bring no improvement. Then up to `polish` more trials
+descend from the best config, one parameter a step (its runnable neighbours not yet measured,
+round after round while the best moves): TPE spreads its trials over the whole space, and the
+best config's GROUP_M or BLOCK_K one value away can be faster still. At the
+end the top configs are re-timed side by side, and the winner is the best of that re-timing.
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -63,6 +66,8 @@ class StudyBudget:
     # a recording for `tune replay`.
     exhaustive: bool = False
     launch: str = DEFAULT_LAUNCH  # what the study optimises: eager or graph (tuner.objective)
+    # Trials, past the sampler's, that step from the best config to its neighbours.
+    polish: int = 0
 
 
 IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% of the objective
@@ -109,10 +114,17 @@ class StudyRunner:
         self.warm_start = [c for c in warm_start if self.space.holds(c)]
         if budget.exhaustive:
             self.warm_start = kernel.feasible_configs(self.space, self.meta_gemm, smem_limit)
-            self.budget = replace(budget, trials=len(self.warm_start), patience=None)
+            self.budget = replace(budget, trials=len(self.warm_start), patience=None,
+                                  polish=0)
         self.stored: dict[tuple, Trial] = {}
         self.in_flight: dict[Future, _Pending] = {}
         self.asks = 0
+        self.polished = 0  # trials granted to the descent from the best config so far
+
+    @property
+    def trial_limit(self) -> int:
+        """The sampler's trials, and those the descent was granted."""
+        return self.budget.trials + self.polished
 
     @property
     def attempted(self) -> int:
@@ -205,17 +217,36 @@ class StudyRunner:
     def _asking(self, deadline: float | None) -> bool:
         """Whether the study still wants new configs (those in flight count as taken)."""
         taken = len(self.in_flight)
-        return (self.attempted + taken < self.budget.trials
+        return (self.attempted + taken < self.trial_limit
                 and len(self.stored) + taken < self.space.size
-                and self.asks < self.budget.trials * ASKS_PER_TRIAL
-                and self.keep_going() and not self.stalled()
+                and self.asks < self.trial_limit * ASKS_PER_TRIAL
+                and self.keep_going() and (self.polished > 0 or not self.stalled())
                 and (deadline is None or time.monotonic() < deadline))
+
+    def _polish(self, study: optuna.Study, known_failures: set[str],
+                deadline: float | None) -> bool:
+        """Queue the best config's runnable neighbours not measured yet, within what is left
+        of the polish budget and the time; False when there is nothing to queue."""
+        left = self.budget.polish - self.polished
+        launch = self.budget.launch
+        ok = eligible([t for t in self.stored.values() if t.status == "ok"], launch)
+        if left <= 0 or not ok or (deadline is not None and time.monotonic() >= deadline):
+            return False
+        best = min(ok, key=lambda t: call_ms(t, launch))
+        steps = [c for c in self.space.neighbours(best.params)
+                 if config_signature(c) not in self.stored
+                 and params_key(c) not in known_failures
+                 and self.kernel.feasible(c, self.meta_gemm, self.smem_limit) is None][:left]
+        for config in steps:  # asked before anything the sampler proposes
+            study.enqueue_trial(config, skip_if_exists=False)
+        self.polished += len(steps)
+        return bool(steps)
 
     def _ask(self, study: optuna.Study, known_failures: set[str]) -> None:
         """Tops the configs in flight up to `batch`: each new, feasible config the sampler
         proposes starts compiling; everything else is answered on the spot."""
         room = min(self.budget.batch - len(self.in_flight),
-                   self.budget.trials - self.attempted - len(self.in_flight))
+                   self.trial_limit - self.attempted - len(self.in_flight))
         for _ in range(max(room, 0) * ASKS_PER_TRIAL):
             if room <= 0:
                 return
@@ -266,7 +297,7 @@ class StudyRunner:
         while self.keep_going():
             if self._asking(deadline):
                 self._ask(study, known_failures)
-            elif not self.in_flight:
+            elif not self.in_flight and not self._polish(study, known_failures, deadline):
                 break
             if self.in_flight:  # short waits: a stop request is seen within a second
                 done, _ = wait(self.in_flight, timeout=1.0, return_when=FIRST_COMPLETED)
