@@ -99,7 +99,7 @@ class RunOptions:
     exhaustive: bool
     launch: str
     retune: bool
-    polish: int = 0
+    polish: int
 
 
 def tune_run(db, shapes: list, space_paths: Sequence[str], options: RunOptions,

@@ -228,12 +228,10 @@ class StudyRunner:
         """Queue the best config's runnable neighbours not measured yet, within what is left
         of the polish budget and the time; False when there is nothing to queue."""
         left = self.budget.polish - self.polished
-        launch = self.budget.launch
-        ok = eligible([t for t in self.stored.values() if t.status == "ok"], launch)
-        if left <= 0 or not ok or (deadline is not None and time.monotonic() >= deadline):
+        by_call = self._by_call()
+        if left <= 0 or not by_call or (deadline is not None and time.monotonic() >= deadline):
             return False
-        best = min(ok, key=lambda t: call_ms(t, launch))
-        steps = [c for c in self.space.neighbours(best.params)
+        steps = [c for c in self.space.neighbours(by_call[0].params)
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
                  and self.kernel.feasible(c, self.meta_gemm, self.smem_limit) is None][:left]
@@ -307,6 +305,13 @@ class StudyRunner:
             return StudyOutcome(None)
         return self._final()
 
+    def _by_call(self) -> list[Trial]:
+        """The measured trials the launch mode may choose among (objective.eligible), fastest
+        call first: the study's best so far leads."""
+        launch = self.budget.launch
+        return sorted(eligible([t for t in self.stored.values() if t.status == "ok"], launch),
+                      key=lambda t: call_ms(t, launch))
+
     def _retimed_candidates(self) -> list[Trial]:
         """The configs the final re-timing compares, among those the mode may choose
         (objective.eligible): the fastest by the mode's figure; for
@@ -316,8 +321,7 @@ class StudyRunner:
         free sooner (and wins under graphs too), where the loop figure alone would leave the
         choice to host noise."""
         launch = self.budget.launch
-        by_call = sorted(eligible([t for t in self.stored.values() if t.status == "ok"], launch),
-                         key=lambda t: call_ms(t, launch))
+        by_call = self._by_call()
         if launch == GRAPH or not by_call:
             return by_call[:RETIMED_TOP]
         fastest_call = call_ms(by_call[0], launch)
