@@ -6,13 +6,16 @@
   them), as it is: the dispatcher checks that it can run the call;
 - `nearest`: among the configs that can run the key, of the NEAREST_BUCKETS tuned buckets of
   the same op and dtype closest in log2 of M, N and K (no farther than
-  MAX_NEIGHBOUR_OCTAVES) and their entries' alternates, the one the analytical model predicts
-  fastest, its rating calibrated by what each neighbour measured; or a variation of one that
-  suits the key better, where predicted VARIATION_MARGIN faster (tuner.runtime.fallback). A
-  config measured fast at a neighbouring size is a far better guess than a generic one;
-- `cublas`: torch's own GEMM (CUBLAS_CONFIG) where no tuned config is to be trusted: the
-  model predicts it faster, no runnable neighbour is near enough, or the table has no entry
-  of the op (or of the dtype, and the model has no better pick);
+  MAX_NEIGHBOUR_OCTAVES) and their entries' alternates: where the closest of them was tuned
+  to cuBLAS, cuBLAS (as that neighbour's answer); else the tile the analytical model
+  predicts fastest, its rating calibrated by what each neighbour measured, or a variation
+  of one that suits the key better, where predicted VARIATION_MARGIN faster, or cuBLAS where
+  predicted VARIATION_MARGIN faster than both (tuner.runtime.fallback). A tile twice the
+  key's M or N (past MIN_BLOCK) does not answer. A config measured fast at a neighbouring
+  size is a far better guess than a generic one;
+- `cublas`: torch's own GEMM (CUBLAS_CONFIG) where no tuned config is to be trusted: no
+  runnable neighbour is near enough, no neighbour's tile fits the key, or the table has no
+  entry of the op (or of the dtype, and the model has no better pick);
 - `nearest` from farther neighbours, where cuBLAS cannot run the key (fp8 in another layout
   than torch._scaled_mm's);
 - `model`: for a dtype the op has no entry of, the model's pick among the values the op's
@@ -39,7 +42,7 @@ constants are read from tuner.runtime.fallback: set them there.
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.fallback import (
     MAX_NEIGHBOUR_OCTAVES,
-    MIN_HALVED_BLOCK,
+    MIN_BLOCK,
     NEAREST_BUCKETS,
     VARIATION_MARGIN,
 )
@@ -56,7 +59,7 @@ from tuner.runtime.table import TABLE_FORMAT, Measurement
 
 __all__ = [
     "CUBLAS", "CUBLAS_CONFIG", "DEFAULT_CONFIGS", "ENV_VAR", "LOG_ENV_VAR",
-    "MAX_NEIGHBOUR_OCTAVES", "MIN_HALVED_BLOCK", "NEAREST_BUCKETS", "TABLE_FORMAT",
+    "MAX_NEIGHBOUR_OCTAVES", "MIN_BLOCK", "NEAREST_BUCKETS", "TABLE_FORMAT",
     "VARIATION_MARGIN", "Measurement", "OpTable", "TunedConfig", "TunedTable", "clear_cache",
     "get_tuned_config", "get_tuned_config_without",
 ]

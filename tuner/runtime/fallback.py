@@ -1,33 +1,41 @@
 """The fallback policy's parts, for a key the table has no entry of: which neighbouring
 entries' configs may answer it (`nearest`), their variations that suit the key better
 (`variation_maker`), the model's choice among them calibrated by what the neighbours
-measured (`fastest_predicted`), and the model's own pick where no entry of the key's dtype
-exists (`model_picker`). tuner.runtime.lookup decides which of them to ask, in what order.
+measured, or cuBLAS where the model predicts it clearly faster (`fastest_predicted`), and the
+model's own pick where no entry of the key's dtype exists (`model_picker`).
+tuner.runtime.lookup decides which of them to ask, in what order.
 
 The model, the kernels and torch are imported on first need: a table hit needs none of them.
-The constants are what benchmarks/nearest_fallback.py, benchmarks/candidate_pool.py and
-`tune validate` on hold-out shapes measure; change them only with such a measurement.
+The constants are what benchmarks/fallback_pool.py, benchmarks/nearest_fallback.py,
+benchmarks/candidate_pool.py and `tune validate` on hold-out shapes measure; change them only
+with such a measurement.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, TunedConfig
 from tuner.runtime.runnable import shape_of
 from tuner.runtime.table import Measurement
 from tuner.space import config_signature
 
+if TYPE_CHECKING:
+    from tuner.shapes import Shape
+
 # How many of the closest tuned buckets `nearest` lets the model choose among (their configs
 # and alternates): fewer miss the tile that suits the key, more let far neighbours mislead
 # the model (benchmarks/nearest_fallback.py measures the regret per count).
 NEAREST_BUCKETS = 4
-# The smallest block a halved neighbour tile may have: tl.dot's minimum.
-MIN_HALVED_BLOCK = 16
+# The smallest BLOCK_M or BLOCK_N: tl.dot's minimum. A tile of it suits any call, however
+# small, and halving a neighbour's tile stops there.
+MIN_BLOCK = 16
 # How much faster than the best measured candidate the model must predict a variation no
-# tuning measured (a re-split, re-piped or halved neighbour tile) for it to answer instead:
-# the model orders configs predicted a few percent apart little better than a coin
-# (benchmarks/candidate_pool.py order), so a smaller predicted gain is not trusted.
+# tuning measured (a re-split, re-piped or halved neighbour tile) for it to answer instead,
+# and cuBLAS for it to answer instead of them: the model orders configs predicted a few
+# percent apart little better than a coin (benchmarks/candidate_pool.py order), so a smaller
+# predicted gain is not trusted.
 VARIATION_MARGIN = 0.05
 # How far (log distance: octaves summed over M, N and K) a tuned bucket may lie from a key for
 # its configs to answer it. Farther away the tile was tuned for a GEMM tens of times larger or
@@ -135,7 +143,7 @@ def variation_maker(op: str, device_name: str | None
             return
         for block in sizes:
             smaller = {**config, block: config[block] // 2}
-            if (smaller[block] >= MIN_HALVED_BLOCK and _fits(sizes, smaller)
+            if (smaller[block] >= MIN_BLOCK and _fits(sizes, smaller)
                     and _wave_fill(_tiles(sizes, smaller), sm_count)
                     > _wave_fill(tiles, sm_count)):
                 yield smaller
@@ -162,10 +170,17 @@ def variation_maker(op: str, device_name: str | None
 
 
 def _fits(sizes: Mapping[str, int], config: Mapping) -> bool:
-    """Whether no block of the tile is twice the call's size or more (sizes as in _tiles): a
-    halved tile still that tall computes mostly padding rows, and there the model is least
-    right."""
-    return all(config[block] < 2 * size for block, size in sizes.items())
+    """Whether no block of the tile is twice the call's size or more, past MIN_BLOCK (sizes as
+    in _tiles): a tile that tall computes mostly padding rows, and there the model is least
+    right (benchmarks/fallback_pool.py: it rates such neighbour tiles ahead of cuBLAS where
+    they run well behind it)."""
+    return all(config[block] < 2 * max(size, MIN_BLOCK) for block, size in sizes.items())
+
+
+def _suits(key: Mapping, config: Mapping) -> bool:
+    """Whether a candidate's tile fits the key (_fits); a config without output tiles (cuBLAS,
+    gemv) always does."""
+    return "BLOCK_N" not in config or _fits({"BLOCK_M": key["M"], "BLOCK_N": key["N"]}, config)
 
 
 def _wave_fill(tiles: int, sm_count: int) -> float:
@@ -178,16 +193,16 @@ def _tiles(sizes: Mapping[str, int], config: Mapping) -> int:
     return math.prod(-(-size // config[block]) for block, size in sizes.items())
 
 
-def fastest_predicted(device_name: str | None
-                      ) -> Callable[[Mapping, list, list, Mapping], TunedConfig] | None:
-    """A function giving, for a raw key, the candidate (a measured config, or cuBLAS) predicted
-    fastest, or the variation predicted fastest where that is VARIATION_MARGIN faster still;
-    None when the model cannot be imported.
+def calibrated_predictor(device_name: str | None
+                         ) -> Callable[[Shape, TunedConfig, Mapping], float] | None:
+    """A function giving a candidate's predicted time (ms) for a call's shape, calibrated by
+    the measurements of the bucket it came from (`measured`, per bucket); None when the model
+    cannot be imported.
 
-    Predictions are the analytical model's (tuner.model.predict), calibrated by the
-    measurements of the buckets the candidates came from (`measured`, per bucket): how much
-    the model overrates a tile against cuBLAS changes slowly with the shape, and a
-    neighbour's measurement says how much it did there.
+    Predictions are the analytical model's (tuner.model.predict), cuBLAS's as it gives them
+    and each tile's scaled by how much the model overrated it against cuBLAS where it was
+    measured: that changes slowly with the shape, and a neighbour's measurement says how much
+    it was there.
     """
     try:
         from tuner.model.predict import predicted_or_inf
@@ -217,21 +232,48 @@ def fastest_predicted(device_name: str | None
         measured = measurement.cublas_ms / own
         return rated / measured if math.isfinite(rated) and rated > 0 else 1.0
 
+    def calibrated(shape: Shape, config: TunedConfig,
+                   measured: Mapping[tuple, Measurement]) -> float:
+        return (predicted_or_inf(shape, config, spec)
+                * overrating(config, measured.get(config.bucket)))
+
+    return calibrated
+
+
+def fastest_predicted(device_name: str | None
+                      ) -> Callable[..., TunedConfig] | None:
+    """A function giving, for a raw key, the candidate (a measured config) predicted fastest
+    (calibrated_predictor), or the variation predicted fastest where that is VARIATION_MARGIN
+    faster still, or cuBLAS (when given) where it is predicted VARIATION_MARGIN faster than
+    either; None when the model cannot be imported. Candidates and variations whose tile does
+    not fit the key (_suits) are left out, and cuBLAS answers where none fits.
+
+    The margin before cuBLAS: the lookup asks only where the closest tuned neighbour measured
+    a Triton config fastest, and the model's few percent do not overturn that measurement.
+    """
+    predicted = calibrated_predictor(device_name)
+    if predicted is None:
+        return None
+
     def fastest(key: Mapping, candidates: list, variations: list,
-                measured: Mapping[tuple, Measurement]) -> TunedConfig:
+                measured: Mapping[tuple, Measurement],
+                cublas: TunedConfig | None = None) -> TunedConfig:
         shape = shape_of(key)
 
         def calibrated(config: TunedConfig) -> float:
-            """The predicted time, with cuBLAS's as the model gives it and each tile's
-            scaled by its bucket's overrating."""
-            return (predicted_or_inf(shape, config, spec)
-                    * overrating(config, measured.get(config.bucket)))
+            return predicted(shape, config, measured)
 
-        pick = min(candidates, key=calibrated)  # the first on a tie
+        fitting = [config for config in candidates if _suits(key, config)]
+        if not fitting and cublas is not None:
+            return cublas
+        pick = min(fitting or candidates, key=calibrated)  # the first on a tie
+        variations = [config for config in variations if _suits(key, config)]
         if variations:
             challenger = min(variations, key=calibrated)
             if calibrated(challenger) < (1 - VARIATION_MARGIN) * calibrated(pick):
-                return challenger
+                pick = challenger
+        if cublas is not None and calibrated(cublas) < (1 - VARIATION_MARGIN) * calibrated(pick):
+            return cublas
         return pick
 
     return fastest

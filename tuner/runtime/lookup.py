@@ -163,10 +163,18 @@ class TunedTable:
     def _from_neighbours(self, op_table: OpTable, op: str, key: dict,
                          allowed: Callable[[Mapping], bool], excluded: frozenset[str],
                          cublas: TunedConfig | None) -> TunedConfig | None:
-        """For a key whose dtype the op has entries of: its neighbours' configs within
-        MAX_NEIGHBOUR_OCTAVES (or cuBLAS where the model predicts it faster), else cuBLAS, else
-        the neighbours farther away, else the model's pick."""
+        """For a key whose dtype the op has entries of: cuBLAS where the closest neighbour
+        within MAX_NEIGHBOUR_OCTAVES was tuned to it, else those neighbours' configs (or cuBLAS
+        where the model predicts it clearly faster), else cuBLAS, else the neighbours farther
+        away, else the model's pick.
+
+        The closest neighbour's measurement decides between cuBLAS and Triton because the
+        model cannot: it misjudges their ratio by more than the few percent that usually part
+        them (benchmarks/fallback_pool.py), while which of the two wins changes slowly with the
+        shape. Among Triton configs the model's calibrated ranking is what chooses."""
         trusted = op_table.nearest(key, allowed, fallback.MAX_NEIGHBOUR_OCTAVES)
+        if trusted and trusted[0]["variant"] == CUBLAS:
+            return trusted[0]
         if trusted:
             return self._fastest_of(op, key, trusted, allowed, cublas)
         if cublas is not None:
@@ -175,6 +183,15 @@ class TunedTable:
         if farther:
             return self._fastest_of(op, key, farther, allowed, None)
         return self._modelled(op, key, allowed, excluded, None)
+
+    def neighbour_pool(self, op: str, key: dict) -> tuple[list[TunedConfig], list]:
+        """What the nearest fallback weighs for a key its table has no entry of: the configs
+        of the neighbours within MAX_NEIGHBOUR_OCTAVES that can run it (closest first, cuBLAS
+        where a neighbour was tuned to it) and the variations of their tiles
+        (benchmarks/fallback_pool.py times them)."""
+        allowed = self._allowed(op, key, frozenset())
+        candidates = self.ops[op].nearest(key, allowed, fallback.MAX_NEIGHBOUR_OCTAVES)
+        return candidates, self._variations(op, key, candidates, allowed)
 
     def _allowed(self, op: str, key: dict, excluded: frozenset[str]
                  ) -> Callable[[Mapping], bool]:
@@ -197,15 +214,15 @@ class TunedTable:
     def _fastest_of(self, op: str, key: dict, candidates: list,
                     allowed: Callable[[Mapping], bool],
                     cublas: TunedConfig | None) -> TunedConfig:
-        """The model's choice among neighbour candidates, their variations and cuBLAS (listed
-        last, so that a tie goes to a tuned config; not again where a neighbour was tuned to
-        it); the first candidate without the model."""
+        """The model's choice among the neighbour candidates' tiles and their variations, or
+        cuBLAS (a neighbour tuned to it standing for it); the first candidate without the
+        model."""
         variations = self._variations(op, key, candidates, allowed)
-        if cublas is not None and all(config["variant"] != CUBLAS for config in candidates):
-            candidates = [*candidates, cublas]
-        if (len(candidates) == 1 and not variations) or self.fastest is None:
+        cublas = next((config for config in candidates if config["variant"] == CUBLAS), cublas)
+        tiles = [config for config in candidates if config["variant"] != CUBLAS]
+        if self.fastest is None or (len(tiles) == 1 and not variations and cublas is None):
             return candidates[0]
-        return self.fastest(key, candidates, variations, self.ops[op].measured)
+        return self.fastest(key, tiles, variations, self.ops[op].measured, cublas)
 
     def _modelled(self, op: str, key: dict, allowed: Callable[[Mapping], bool],
                   excluded: frozenset[str], cublas: TunedConfig | None) -> TunedConfig | None:
@@ -234,7 +251,7 @@ class TunedTable:
         return [] if make is None else make(key, candidates, allowed)
 
     @cached_property
-    def fastest(self) -> Callable[[Mapping, list, list, Mapping], TunedConfig] | None:
+    def fastest(self) -> Callable[..., TunedConfig] | None:
         """The model's choice among candidates and their variations, loaded on first need
         (None: no model)."""
         return fallback.fastest_predicted(self.device_name)
