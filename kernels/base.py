@@ -149,8 +149,8 @@ class Variant:
     # Short names of its parameters in config labels ("BLOCK_M": "BM"); a parameter without
     # one is labelled by its own name.
     short_names: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-    # The FlagGems op its configs export under in expand exports (tuner.export); None: the
-    # kernel's own name for it, "<kernel>_<variant>" (a plugin kernel's variants).
+    # The FlagGems op its configs export under in expand exports (tuner.export_flaggems);
+    # None: the kernel's own name for it, "<kernel>_<variant>" (a plugin kernel's variants).
     expand_op: str | None = None
     # What it is, where FlagGems has no op for it (cublas: "a cuBLAS call through torch"):
     # expand exports leave its picks out and say why. None: it has an op.

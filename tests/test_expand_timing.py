@@ -14,7 +14,8 @@ from tuner.cli import main
 from tuner.db.session import session_factory
 from tuner.db.store import Store
 from tuner.expand_cases import Tuned
-from tuner.export import Pick, narrowed_timing_missing
+from tuner.export import Pick
+from tuner.export_flaggems import narrowed_timing_missing
 from tuner.kernels import KERNELS
 from tuner.shapes import Shape
 

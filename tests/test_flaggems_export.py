@@ -27,7 +27,7 @@ from tuner.db.store import Store
 from tuner.execution.backends import DeviceInfo
 from tuner.expand import Case, narrow
 from tuner.expand_cases import Tuned, case_for
-from tuner.export import expand_from_table
+from tuner.export_flaggems import expand_from_table
 from tuner.kernels import KERNELS
 from tuner.model.named_devices import named_spec
 from tuner.model.predict import predict_ms

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 
 
 def expand_doc(strategy=LOG_M, gemv_strategy=None, **lists):
-    """An expand file as tuner.export writes it: mm_general_tma and gemv."""
+    """An expand file as tuner.export_flaggems writes it: mm_general_tma and gemv."""
     values = PRODUCT | lists
     doc = {"mm_general_tma": [
         {"config": None, "param_map": {

@@ -17,19 +17,17 @@ from tuner.db.store import Store
 from tuner.execution.backends import DeviceInfo
 from tuner.execution.measure import TrialResult
 from tuner.export import (
-    EXPAND_OP_NAMES,
-    NO_EXPAND_OP,
     ExportError,
     Pick,
     current_only,
     device_block,
-    expand_document,
     export_launch,
     select_device,
     study_trials,
     table_document,
     winner_picks,
 )
+from tuner.export_flaggems import EXPAND_OP_NAMES, NO_EXPAND_OP, expand_document
 from tuner.kernels import KERNELS
 from tuner.objective import EAGER, GRAPH, call_ms
 from tuner.runtime.table import write_atomic

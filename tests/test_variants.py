@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from tuner import export
+from tuner import export, export_flaggems
 from tuner.kernels import KERNELS, kernel_variants
 from tuner.kernels.base import Kernel, config_label
 from tuner.kernels.general import GENERAL
@@ -78,22 +78,22 @@ def _pick(variant: str) -> export.Pick:
 
 def test_the_flaggems_op_comes_from_the_variant(with_variant):
     with_variant(replace(GENERAL, name="mine", expand_op="mm_mine"))
-    assert "mm_mine" in export.expand_document([_pick("mine")])
-    assert export.EXPAND_OP_NAMES["mine"] == "mm_mine"
-    assert export.EXPAND_OP_NAMES["general"] == GENERAL.expand_op == "mm_general_tma"
+    assert "mm_mine" in export_flaggems.expand_document([_pick("mine")])
+    assert export_flaggems.EXPAND_OP_NAMES["mine"] == "mm_mine"
+    assert export_flaggems.EXPAND_OP_NAMES["general"] == GENERAL.expand_op == "mm_general_tma"
 
 
 def test_a_variant_without_an_op_keeps_its_own_name(with_variant):
     with_variant(replace(GENERAL, name="mine", expand_op=None))
-    assert list(export.expand_document([_pick("mine")])) == ["mm_mine"]
+    assert list(export_flaggems.expand_document([_pick("mine")])) == ["mm_mine"]
 
 
 def test_a_variant_flaggems_has_no_op_for_is_left_out_with_its_reason(with_variant):
     with_variant(replace(GENERAL, name="mine", expand_op=None, no_expand_op="a thing of mine"))
-    text = export.expand_text([_pick("mine"), _pick("general")])
+    text = export_flaggems.expand_text([_pick("mine"), _pick("general")])
     assert text.startswith("# left out: mm M=512, won by mine (a thing of mine): ")
     assert "mm_general_tma" in text and "mm_mine" not in text
-    assert export.NO_EXPAND_OP["mine"] == "a thing of mine"
+    assert export_flaggems.NO_EXPAND_OP["mine"] == "a thing of mine"
 
 
 def test_labels_use_the_variants_short_names(with_variant):

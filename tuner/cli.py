@@ -339,15 +339,19 @@ def export(db, fmt, output, device_selector, exact, launch, max_configs, with_sp
 
         timing = TimeMissing(workers, devices, seed)
 
-    from tuner.export import export_device, export_table_file
+    from tuner.export import export_table
+    from tuner.export_flaggems import export_device_file, export_table_file
 
     if table_path is not None:
         export_table_file(table_path, fmt, output, max_configs, with_splitk, allow_cpu, _note,
                           time_missing=timing)
-        return
-    export_device(_existing(db).store, fmt, output, device_selector, exact, launch, _note,
-                  max_configs=max_configs, with_splitk=with_splitk, allow_cpu=allow_cpu,
-                  source=_safe_url(db.url), merge=merge, time_missing=timing)
+    elif fmt == "table":
+        export_table(_existing(db).store, output, device_selector, exact, launch, _note,
+                     merge=merge)
+    else:
+        export_device_file(_existing(db).store, fmt, output, device_selector, exact, launch,
+                           _note, max_configs=max_configs, with_splitk=with_splitk,
+                           allow_cpu=allow_cpu, source=_safe_url(db.url), time_missing=timing)
 
 
 def _shown_url(url: str) -> str:

@@ -2,7 +2,7 @@
 a bounded expand file answers tuned shapes with where nothing measured them.
 
 The narrowing (tuner.expand) prices a config a tuned shape was never timed with by the
-analytical model (tuner.expand_cases), an optimistic guess. tuner.export's
+analytical model (tuner.expand_cases), an optimistic guess. tuner.export_flaggems'
 narrowed_timing_missing asks a timer for those answers; the one here times each beside the
 shape's own winner, side by side (tuner.execution.cross_timing: checked, then re-timed
 interleaved), and answers the ratio, which the export scales to the winner's stored time. From
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from tuner.db.store import params_key
 from tuner.expand_cases import Tuned
-from tuner.export import CANNOT_RUN, ExportError
+from tuner.export import ExportError
+from tuner.export_flaggems import CANNOT_RUN
 
 # One shape's side-by-side outcomes (tuner.execution.cross_timing.SideBySide), the winner's
 # first, to store.
@@ -58,7 +59,7 @@ class TimeMissing:
 
 
 class SideBySideTimer:
-    """tuner.export.Timer: a shape's winner and the configs asked, timed side by side; each
+    """tuner.export_flaggems.Timer: a shape's winner and the configs asked, timed side by side; each
     config's time over the winner's (inf: it cannot run the shape; None: no answer). A
     context manager: the executor closes on leaving."""
 
@@ -125,7 +126,7 @@ def _check_device(info, fingerprint: str | None, device_name: str | None, strict
 def cross_timing_saver(store, device, kernels: Mapping[str, object]) -> Save:
     """Save side-by-side outcomes as the database's cross timings of the shape (as `tune
     buckets` does), on the scale of the winner's stored cross timing where it has one: the
-    ratios to the winner are what tuner.export.tuned_from_db reads back."""
+    ratios to the winner are what tuner.export_flaggems.tuned_from_db reads back."""
     def save(tuned: Tuned, outcomes: list) -> None:
         kernel = kernels.get(tuned.kernel)
         if kernel is None:

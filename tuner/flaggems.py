@@ -16,7 +16,8 @@ bounded; the header says where they came from and what the bound costs.
 
 tune_configs.yaml is FlagGems' explicit list: per op, one entry per config (`META`,
 `num_stages`, `num_warps`), tried as listed: the exact winners, for deployments that want no
-runtime tuning at all. This module builds documents and text only; tuner.export gathers them.
+runtime tuning at all. This module builds documents and text only; tuner.export_flaggems
+gathers them.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ REFERENCE_MATMUL_META = ("BLOCK_M", "BLOCK_N", "BLOCK_K")
 GEMV_KEY_FIELDS = ("M", "K", "stride_am", "stride_bk")  # what both readers' gemv key holds
 # FlagGems' value-list names for the Triton launch options.
 LAUNCH_OPTION_NAMES = {"num_stages": "stages", "num_warps": "warps"}
+# The files `tune export --format` writes for FlagGems (tuner.export_flaggems).
+FORMATS = ("expand", "flaggems-tune-configs")
 
 
 # What each FlagGems 5.x op enumerates from its lists (ConfigLoader._build_configs_by_op):

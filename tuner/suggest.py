@@ -54,7 +54,8 @@ def write_suggestions(shapes: list, space_paths, device_name: str | None, fmt: s
                       output, note=_stderr) -> None:
     """`tune suggest`: write the model's config per planned key of the shapes to `output`, as
     the expand YAML (fmt "expand") or the table; notes name the keys it has none for."""
-    from tuner.export import expand_text, table_document
+    from tuner.export import table_document
+    from tuner.export_flaggems import expand_text
     from tuner.kernels import kernel_for, source_hashes
     from tuner.objective import GRAPH
     from tuner.runtime.table import write_atomic, write_text_atomic

@@ -1,5 +1,6 @@
-"""Answering keys from a FlagGems expand file (tuner.export's `expand` format) instead of our
-table: every bucketed key gets one config of its op's Cartesian product of value lists.
+"""Answering keys from a FlagGems expand file (tuner.export_flaggems' `expand` format)
+instead of our table: every bucketed key gets one config of its op's Cartesian product of
+value lists.
 
 An expand file holds, per FlagGems op, a list whose first element has the value lists and a
 `param_map` (META: kernel parameter -> list name; `num_stages`, `num_warps` -> theirs) and
