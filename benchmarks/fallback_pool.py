@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,10 +94,6 @@ def measure(args) -> None:
         executor.close()
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
-
-
 @dataclass(frozen=True)
 class Answer:
     """The runtime's answer to one timed shape: its pick, the pick's timing in the pool (None:
@@ -160,8 +156,8 @@ def report(args) -> None:
             ("answers vs cuBLAS, loop", [a.ratio("loop_ms") for a in timed]),
             ("best of each pool vs cuBLAS, device",
              [a.ratio("device_ms", a.best) for a in found])):
-        lines.append(f"{name}: geomean {geomean(values):.3f}, min {min(values):.3f} over "
-                     f"{len(values)} shapes")
+        lines.append(f"{name}: geomean {statistics.geometric_mean(values):.3f}, "
+                     f"min {min(values):.3f} over {len(values)} shapes")
     lines.append(f"answers outside the timed pool: {len(found) - len(timed)}")
     print("\n".join(lines))
 

@@ -226,6 +226,14 @@ def triton_stand_in(pick: Pick) -> Pick:
     return pick
 
 
+def _runnable_on_flaggems(picks: Sequence[Pick]) -> tuple[list[Pick], list[str]]:
+    """The picks as FlagGems can run them (triton_stand_in), and a comment line for each
+    that still has no FlagGems op."""
+    picks = [triton_stand_in(p) for p in picks]
+    return ([p for p in picks if not _no_expand_op(p)],
+            [_left_out_line(p) for p in picks if _no_expand_op(p)])
+
+
 def flaggems_spaces(picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mapping,
                     max_configs: int, with_splitk: bool, spec=None
                     ) -> tuple[list[flaggems.OpSpace], list[str]]:
@@ -234,9 +242,7 @@ def flaggems_spaces(picks: Sequence[Pick], tuned: Sequence[Tuned], device: Mappi
     op; and comment lines for what was left out. spec: the device's model DeviceSpec, if
     already built."""
     spec = device_spec_of(device) if spec is None else spec
-    picks = [triton_stand_in(p) for p in picks]
-    kept = [p for p in picks if not _no_expand_op(p)]
-    left_out = [_left_out_line(p) for p in picks if _no_expand_op(p)]
+    kept, left_out = _runnable_on_flaggems(picks)
     spaces = []
     for op, group in grouped(kept, _expand_op).items():
         if op == flaggems.SPLITK_OP and not with_splitk:
@@ -359,9 +365,7 @@ def flaggems_text(fmt: str, picks: Sequence[Pick], tuned: Sequence[Tuned], devic
         return (flaggems.expand_header(device, source, launch, max_configs, spaces,
                                        model_note)
                 + "".join(left_out) + yaml_text(flaggems.expand_document(spaces)))
-    picks = [triton_stand_in(p) for p in picks]
-    kept = [p for p in picks if not _no_expand_op(p)]
-    left_out = [_left_out_line(p) for p in picks if _no_expand_op(p)]
+    kept, left_out = _runnable_on_flaggems(picks)
     groups = {}
     for op, group in grouped(kept, _expand_op).items():
         if op == flaggems.SPLITK_OP and not with_splitk:
