@@ -23,6 +23,9 @@ Measures, per contender:
   synchronize, median of --loop-repeats; host µs: the same loop's time to issue the calls.
 Eager and loop runs, like device samples, take turns across the row's contenders: a lent
 machine's host speed drifts by tens of percent within a minute.
+- roofline: the dispatcher's fraction of the device's limit for the row, max(flops / peak,
+  bytes / bandwidth) / its device time, with the peak and bandwidth measured in the same run
+  (`Ceilings`: a large cuBLAS GEMM of the row's dtype, a large device-to-device copy).
 Ratios are cuBLAS time / contender time: above 1 the contender is faster. The output ends with
 the geometric mean and minimum of each ratio over the shapes, one line each.
 """
@@ -102,6 +105,40 @@ class Inductor:
         return None if op is None else lambda g: op(*operands(g))
 
 
+class Ceilings:
+    """The device's measured limits: dense matmul TFLOP/s per dtype (a cuBLAS GEMM of
+    PEAK_SIDE³ on random data, measured once per dtype) and HBM bytes per second (a copy of
+    COPY_BYTES, counting bytes read and written)."""
+    PEAK_SIDE = 8192
+    COPY_BYTES = 2**30
+
+    def __init__(self):
+        self.flops_per_s: dict[str, float] = {}
+        source = torch.empty(self.COPY_BYTES // 2, dtype=torch.int8, device="cuda")
+        target = torch.empty_like(source)
+        seconds = triton.testing.do_bench(lambda: target.copy_(source), return_mode="median")
+        self.bytes_per_s = 2 * source.numel() / (seconds * 1e-3)
+
+    def peak(self, dtype: str) -> float:
+        if dtype not in self.flops_per_s:
+            side = self.PEAK_SIDE
+            gemm = random_gemm(Shape(side, side, side, dtype, "nt"), "cuda", seed=7)
+            operands, torch_op, _ = user_calls("nt", gemm.scale_a is not None)
+            args = operands(gemm)
+            ms = triton.testing.do_bench(lambda: torch_op(*args), return_mode="median")
+            self.flops_per_s[dtype] = 2 * side**3 / (ms * 1e-3)
+        return self.flops_per_s[dtype]
+
+    def fraction(self, shape: Shape, device_us: float) -> float:
+        """The share of the row's limit a call of device_us reaches (1: at the roofline)."""
+        dtype = DTYPES[shape.dtype]
+        moved = ((shape.M * shape.K + shape.K * shape.N) * dtype.torch.itemsize
+                 + shape.M * shape.N * dtype.out.itemsize)
+        limit_s = max(2 * shape.M * shape.N * shape.K / self.peak(shape.dtype),
+                      moved / self.bytes_per_s)
+        return limit_s / (device_us * 1e-6)
+
+
 def measure(contenders: dict, check, ref, dtype: str, args) -> dict:
     """Per contender on one shape: its error, then eager, host and loop figures, each taken
     with the contenders interleaved (the host's speed drifts within a row)."""
@@ -168,6 +205,7 @@ def main(argv=None) -> int:
     os.environ["TUNE_CONFIG"] = args.config  # before the dispatcher's first lookup
     shapes = load_shapes(args.shapes)
     props = torch.cuda.get_device_properties(0)
+    ceilings = Ceilings()
     print(f"# gemm-tuner as called vs cuBLAS vs torch.compile max-autotune — {props.name}, "
           f"{props.multi_processor_count} SMs, torch {torch.__version__}, triton "
           f"{triton.__version__}, CUDA {torch.version.cuda}, "
@@ -176,15 +214,17 @@ def main(argv=None) -> int:
           "cuBLAS). device: median of interleaved samples (L2 flushed, host launch covered, "
           "graphs under 20 µs); "
           "eager: do_bench of the call; loop: wall per call of back-to-back calls; host: the "
-          "time to issue one call of that loop. nt rows call linear (x @ W^T).\n")
+          "time to issue one call of that loop. nt rows call linear (x @ W^T). roofline: the "
+          "tuner's device time against max(flops / peak, bytes / bandwidth), measured here: "
+          f"HBM {ceilings.bytes_per_s / 1e12:.2f} TB/s (copy), peaks per dtype below.\n")
     print("| shape | tuner config (source) | cuBLAS device / eager / loop / host | "
           "tuner device / eager / loop / host | device | eager | loop | best triton config | "
           "triton device | triton ratio | inductor device / eager | inductor ratio | "
-          "first call s | err cuBLAS / tuner |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "roofline | first call s | err cuBLAS / tuner |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     inductor = Inductor(args.inductor_budget_s)
     ratios: dict[str, list[float]] = {k: [] for k in ("eager", "loop", "device", "triton",
-                                                      "inductor")}
+                                                      "inductor", "roofline")}
     for i in parse_rows(args.rows, len(shapes)):
         shape = shapes[i]
         row = compare(shape, 1000 + 100 * i, args, inductor)
@@ -193,6 +233,7 @@ def main(argv=None) -> int:
         for measure_name in ("eager", "loop", "device"):
             ratios[measure_name].append(cb[measure_name] / tu[measure_name])
         ratios["triton"].append(cb["device"] / tr["device"])
+        ratios["roofline"].append(ceilings.fraction(shape, tu["device"]))
         ind = row.get("inductor")
         if ind:
             ratios["inductor"].append(cb["device"] / ind["device"])
@@ -203,10 +244,14 @@ def main(argv=None) -> int:
               f"{tu['loop']:.1f} / {tu['host']:.1f} | {ratios['device'][-1]:.3f} | "
               f"{ratios['eager'][-1]:.3f} | {ratios['loop'][-1]:.3f} | {row['triton_config']} | "
               f"{tr['device']:.1f} | {ratios['triton'][-1]:.3f} | {ind_cells} | "
-              f"{row['first_call_s']:.2f} | {cb['err']:.1e} / {tu['err']:.1e} |", flush=True)
+              f"{ratios['roofline'][-1]:.3f} | {row['first_call_s']:.2f} | "
+              f"{cb['err']:.1e} / {tu['err']:.1e} |", flush=True)
     print()
+    print("peaks (cuBLAS, TFLOP/s): " + ", ".join(
+        f"{dtype} {flops / 1e12:.0f}" for dtype, flops in ceilings.flops_per_s.items()) + "\n")
     for label, key in (("eager", "eager"), ("loop", "loop"), ("device", "device"),
-                       ("triton-only device", "triton"), ("inductor device", "inductor")):
+                       ("triton-only device", "triton"), ("inductor device", "inductor"),
+                       ("roofline", "roofline")):
         xs = ratios[key]
         if xs:
             print(f"{label}: geomean {geomean(xs):.3f}, min {min(xs):.3f} over {len(xs)} shapes")

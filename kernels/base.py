@@ -161,6 +161,10 @@ class Variant:
     # Whether it runs one program per SM, looping over the output tiles (a persistent
     # kernel), rather than a program per tile.
     program_per_sm: bool = False
+    # accumulator_warps(tunables): the warps that hold a tile's fp32 accumulator (a
+    # warp-specialized loop has MMA warps of its own); num_warps unless said otherwise.
+    accumulator_warps: Callable[[Mapping[str, int]], int] = field(
+        default=lambda tunables: tunables["num_warps"], repr=False)
     # model_seconds(operands, config, smem_bytes, spec): its term in the analytical model
     # (tuner.model.predict), the seconds of one config's launches on the (padded) operands
     # (a tuner.model.tiles.Operands) on the device (a tuner.model.predict.DeviceSpec), or
@@ -247,14 +251,16 @@ class Kernel:
         need = self.smem_bytes(config, gemm)
         if need > smem_limit:
             return f"shared memory: needs ~{need} bytes, device limit {smem_limit}"
-        if "BLOCK_N" in config:  # a tile variant: its fp32 BLOCK_M×BLOCK_N accumulator
+        variant = self.variant[config["variant"]]
+        if "BLOCK_N" in variant.params:  # a tile variant: its fp32 BLOCK_M×BLOCK_N accumulator
             if min(config["BLOCK_M"], config["BLOCK_N"]) < MIN_DOT_TILE:
                 return f"tensor cores: BLOCK_M and BLOCK_N must be >= {MIN_DOT_TILE}"
-            regs = config["BLOCK_M"] * config["BLOCK_N"] // (32 * config["num_warps"])
+            warps = variant.accumulator_warps({p: config[p] for p in variant.params})
+            regs = config["BLOCK_M"] * config["BLOCK_N"] // (32 * warps)
             if regs > MAX_REGS_PER_THREAD:  # spills for certain, and ptxas takes minutes
                 return (f"registers: the accumulator alone needs {regs} per thread, limit "
                         f"{MAX_REGS_PER_THREAD}")
-        if config["pad"] and not self.variant[config["variant"]].takes_pad:
+        if config["pad"] and not variant.takes_pad:
             return f"{config['variant']}: takes no pad"
         if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
             return f"pad {config['pad']}: the operands are already aligned to it"

@@ -17,11 +17,17 @@ Three 0/1 parameters expose the options Triton offers for this loop:
 Triton 3.6 and 3.9 both have all three. The tile loop always passes both tl.range options,
 so a Triton whose tl.range lacks one could compile no config of this kernel: `unsupported`
 then refuses every call, naming what is missing, rather than running configs that ask for a
-feature without it. On Hopper (sm_90), compiling with Triton 3.6 and 3.9 shows that warp
-specialization takes effect only with num_warps=4 and FLATTEN=0 (other configs build the
-plain loop), and that those configs fail to compile with BLOCK_M=128 (Triton's Hopper warp
-specializer splits the tile in M, which host descriptors' fixed block shapes do not allow:
-triton issue #11587). `unsupported` refuses both kinds before anything compiles.
+feature without it.
+
+Compiling for Hopper (sm_90) with Triton 3.6 and 3.9 shows:
+- warp specialization takes effect only with num_warps=4 and FLATTEN=0 (other configs build
+  the plain loop, a duplicate);
+- it then runs 12 warps: a load partition and two warp groups of MMA warps (WS_MMA_WARPS)
+  beside the default group, so a 128×256 tile's accumulator fits where 4 warps could not;
+- with the descriptors built on the device, as the kernel does where it warp-specializes,
+  128- and 256-row tiles compile (host-built ones could not: triton #11587); 64×256 tiles
+  do not, nor, on Triton 3.6, EPILOGUE_SUBTILE with 128 rows or more.
+`unsupported` refuses those before anything compiles.
 
 NUM_SMS is a runtime argument Triton does not specialize on, so a compile on meta tensors
 builds the binary a launch on the device runs. Off CUDA (the interpreter, meta tensors) it is
@@ -44,7 +50,8 @@ from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
-from tuner.kernels.tma import store_tile, tile_product
+from tuner.kernels.tma import operand_descriptor, output_descriptor, store_tile, tile_product
+from tuner.model.tiles import WS_MMA_WARPS
 
 INTERPRETER_PROGRAMS = 3
 FLAGS = ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")  # the 0/1 parameters
@@ -52,21 +59,28 @@ FLAGS = ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")  # the 0/1 parameters
 _RANGE_OPTIONS = ("warp_specialize", "flatten")
 _MISSING_RANGE_OPTIONS = tuple(option for option in _RANGE_OPTIONS
                                if option not in inspect.signature(tl.range).parameters)
+_TRITON_VERSION = tuple(int(part) for part in triton.__version__.split(".")[:2])
 
 
 @triton.jit(do_not_specialize=["NUM_SMS"])
 def _persistent_kernel(
-    a_desc, b_desc, out, M, N, K, stride_cm, stride_cn,
-    bias_ptr, scale_a_ptr, scale_b_ptr,
+    a, b, out, M, N, K, stride_cm, stride_cn,  # as in tma.py
+    bias_ptr, scale_a_ptr, scale_b_ptr, stride_a, stride_b,
     NUM_SMS,  # programs in the grid; the stride of each program's tile loop
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
     A_T: tl.constexpr, B_T: tl.constexpr, OUT_DESC: tl.constexpr,  # as in tma.py
+    DESC_ON_DEVICE: tl.constexpr,
     DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,  # _launch.dot_options
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # epilogue (_epilogue.py)
 ):
+    a_desc = operand_descriptor(a, M, K, stride_a, BLOCK_M, BLOCK_K, A_T, DESC_ON_DEVICE)
+    b_desc = operand_descriptor(b, K, N, stride_b, BLOCK_K, BLOCK_N, B_T, DESC_ON_DEVICE)
+    STORED_N: tl.constexpr = BLOCK_N // 2 if EPILOGUE_SUBTILE else BLOCK_N
+    out = output_descriptor(out, M, N, stride_cm, BLOCK_M, STORED_N, OUT_DESC, DESC_ON_DEVICE)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
     # The store derives its tile from a counter of its own rather than reusing the loads'
     # tile_m/tile_n, as Triton's persistent-matmul tutorial does to keep values out of both
     # the prologue and the epilogue of the K loop (which its pipeliner mishandles).
@@ -74,7 +88,7 @@ def _persistent_kernel(
     for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS,
                          flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         tile_m, tile_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tile_product(a_desc, b_desc, tile_m * BLOCK_M, tile_n * BLOCK_N, K,
+        acc = tile_product(a_desc, b_desc, tile_m * BLOCK_M, tile_n * BLOCK_N, 0, k_steps,
                            BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T, DOT_UPCAST, INPUT_PRECISION)
 
         store_tile_id += NUM_SMS
@@ -85,10 +99,10 @@ def _persistent_kernel(
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             left, right = tl.split(halves)
             store_tile(out, left, off_m, off_n, M, N, stride_cm, stride_cn,
-                       bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N // 2, OUT_DESC,
+                       bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, STORED_N, OUT_DESC,
                        HAS_BIAS, SCALED)
-            store_tile(out, right, off_m, off_n + BLOCK_N // 2, M, N, stride_cm, stride_cn,
-                       bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N // 2, OUT_DESC,
+            store_tile(out, right, off_m, off_n + STORED_N, M, N, stride_cm, stride_cn,
+                       bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, STORED_N, OUT_DESC,
                        HAS_BIAS, SCALED)
         else:
             store_tile(out, acc, off_m, off_n, M, N, stride_cm, stride_cn,
@@ -109,18 +123,27 @@ def num_sms(device: torch.device) -> int:
 def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     """The tma variant's operand checks, after the installed Triton's tl.range options (the
     tile loop passes both, so without one no config compiles, whatever it asks for) and after
-    refusing warp-specialized configs Triton would build as the plain loop (duplicates)."""
+    the warp-specialized configs that build the plain loop (duplicates) or fail to compile
+    (see the module docstring)."""
     if _MISSING_RANGE_OPTIONS:
         missing = ", ".join(f"{option}=" for option in _MISSING_RANGE_OPTIONS)
         return (f"triton {triton.__version__}: tl.range has no {missing}, which the persistent "
                 "tile loop passes (WARP_SPECIALIZE / FLATTEN)")
-    if tunables["WARP_SPECIALIZE"] and (tunables["num_warps"] != 4 or tunables["FLATTEN"]):
-        # Triton builds the plain loop for these: the same binary as WARP_SPECIALIZE=0.
-        return "WARP_SPECIALIZE takes effect only with num_warps=4 and FLATTEN=0 on Hopper"
-    if tunables["WARP_SPECIALIZE"] and tunables["BLOCK_M"] >= 128:
-        # Fails to compile with host descriptors on Hopper (triton #11587, see above).
-        return "WARP_SPECIALIZE with BLOCK_M >= 128 does not compile on Hopper (triton #11587)"
+    if tunables["WARP_SPECIALIZE"]:
+        if tunables["num_warps"] != 4 or tunables["FLATTEN"]:
+            return "WARP_SPECIALIZE takes effect only with num_warps=4 and FLATTEN=0 on Hopper"
+        if tunables["BLOCK_M"] == 64 and tunables["BLOCK_N"] == 256:
+            return "WARP_SPECIALIZE with a 64×256 tile does not compile on Hopper"
+        if (tunables["EPILOGUE_SUBTILE"] and tunables["BLOCK_M"] >= 128
+                and _TRITON_VERSION < (3, 9)):
+            return (f"WARP_SPECIALIZE with EPILOGUE_SUBTILE and BLOCK_M >= 128 does not compile "
+                    f"on Hopper with triton {triton.__version__}")
     return tma.unsupported(gemm, tunables)
+
+
+def accumulator_warps(tunables: Mapping[str, int]) -> int:
+    """The warps holding a tile's accumulator: the MMA warps of a warp-specialized loop."""
+    return WS_MMA_WARPS if tunables["WARP_SPECIALIZE"] else tunables["num_warps"]
 
 
 def _stored_block_n(tunables: Mapping[str, int]) -> int:
@@ -128,29 +151,37 @@ def _stored_block_n(tunables: Mapping[str, int]) -> int:
     return tunables["BLOCK_N"] // (2 if tunables["EPILOGUE_SUBTILE"] else 1)
 
 
-def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
+def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool,
+           on_device: bool | None = None) -> None:
+    """on_device: the kernel builds its descriptors; by default where it warp-specializes,
+    which host-built ones cannot serve (kernels/tma.py weighs the two)."""
     M, N, _ = gemm.mnk
     programs = num_sms(gemm.a.device)
     tiles = tile_count(M, N, tunables)
-    args, constexprs = tma.descriptor_args(gemm, tunables, _stored_block_n(tunables))
+    if on_device is None:
+        on_device = bool(tunables["WARP_SPECIALIZE"])
+    args = tma.descriptor_args(gemm, tunables, _stored_block_n(tunables), on_device)
     flags = {p: bool(tunables[p]) for p in FLAGS}  # tl.range's options are bools
     # tunables: BLOCK_M/N/K and GROUP_M constexprs; num_stages and num_warps options
-    start(_persistent_kernel, (min(programs, tiles),), (*args, programs),
-          {**constexprs, **tunables, **flags}, compile_only)
+    start(_persistent_kernel, (min(programs, tiles),), (),
+          {**args, "NUM_SMS": programs, **tunables, **flags}, compile_only)
 
 
 def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
     """The pipeline's buffers plus the staged output, which cannot reuse them here: the next
-    tile's loads are in flight while a tile is stored. Where Hopper warp-specializes a wgmma
-    loop it double-buffers the staged output (Blackwell does not; nor do mma.sync tiles).
-    Triton 3.6 and 3.9 report, for fp16, 3 stages on sm_90: 131096 bytes for 128×128×64
-    (98304 + 32768 + barriers), 114712 subtiled, and 106592 for a warp-specialized 64×128×64
-    (73728 + 2 × 16384 + barriers). Against Triton's figures (benchmarks/constraint_accuracy.py)
-    it refuses a few configs that fit and accepts none that do not; it underestimates small
-    FLATTEN + EPILOGUE_SUBTILE tiles by up to half, far below the limit."""
+    tile's loads are in flight while a tile is stored. A warp-specialized wgmma loop over
+    64-row tiles double-buffers the staged output (one over taller tiles does not; nor do
+    Blackwell or mma.sync tiles). Triton 3.6 and 3.9 report, for bf16, 3 stages on sm_90:
+    131096 bytes for 128×128×64 (98304 + 32768 + barriers), 114712 subtiled, 106848 for a
+    warp-specialized 64×128×64 (73728 + 2 × 16384 + barriers) and 213464 for a
+    warp-specialized 128×256×64 (147456 + 65536 + barriers). Against Triton's figures
+    (benchmarks/constraint_accuracy.py) it refuses a few configs that fit and accepts none
+    that do not; it underestimates small FLATTEN + EPILOGUE_SUBTILE tiles by up to half, far
+    below the limit."""
     staged = tma.staging_smem_bytes(tunables, operands.itemsize, _stored_block_n(tunables))
-    double_buffered = tunables["WARP_SPECIALIZE"] and uses_wgmma(
-        tunables["BLOCK_M"], tunables["num_warps"], operands.tensor_cores)
+    double_buffered = (tunables["WARP_SPECIALIZE"] and tunables["BLOCK_M"] < 128
+                       and uses_wgmma(tunables["BLOCK_M"], tunables["num_warps"],
+                                      operands.tensor_cores))
     copies = 2 if double_buffered else 1
     return (pipeline_smem_bytes(tunables, operands) + copies * staged
             + tma.BARRIER_SMEM_BYTES)
@@ -168,5 +199,6 @@ PERSISTENT = Variant(
     expand_op="mm_general_tma",  # see GENERAL
     tma_fed=True,
     program_per_sm=True,
+    accumulator_warps=accumulator_warps,
     model_seconds=persistent_cost.seconds,
 )

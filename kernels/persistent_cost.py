@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from tuner.model.tiles import (
+    WS_MMA_WARPS,
     Operands,
     Tile,
     cdiv,
@@ -30,13 +31,14 @@ if TYPE_CHECKING:
 
 def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
             spec: DeviceSpec) -> float:
-    """EPILOGUE_SUBTILE changes only shared memory, not the time. Warp-specialized tiles of
-    128 rows or more do not compile on Hopper (kernels/persistent.py: Triton splits the tile
-    in M, which fixed descriptor block shapes forbid), so cannot run."""
+    """EPILOGUE_SUBTILE changes only shared memory, not the time. A warp-specialized loop
+    multiplies on WS_MMA_WARPS warps of its own, whatever num_warps says."""
     tile = tile_of(config)
     warp_specialized = bool(config["WARP_SPECIALIZE"])
-    if not ops.tma_addressable or (warp_specialized and tile.BM >= 128):
+    if not ops.tma_addressable:
         return math.inf
+    if warp_specialized:
+        tile = tile._replace(warps=WS_MMA_WARPS)
     refill_hidden = bool(config["FLATTEN"]) or warp_specialized
     return one_program_per_sm(ops, tile, config["GROUP_M"], warp_specialized, refill_hidden,
                               spec)

@@ -4,8 +4,8 @@ A GEMM with a small M×N and a large K (16×4096×4096, 1000×3000×2000) has to
 tiles to fill the GPU: each tile is one long walk along K, and most SMs sit idle. Split-K
 runs SPLIT_K programs per tile, each over one contiguous slice of K, and each stores its fp32
 partial tile in its own slice of a [SPLIT_K, M, N] workspace. The tile's last split to arrive
-(a per-tile arrival counter, put back to zero) sums the slices in a fixed order, so results
-are deterministic, applies the epilogue (fp8 scales, bias) once, and casts into C with any
+(a per-tile arrival counter, put back to zero) sums the slices in a fixed order, several
+slices at a time, so results are deterministic, applies the epilogue (fp8 scales, bias) once, and casts into C with any
 strides. A call is one launch, as cheap to issue as any tile kernel's: decode-sized split-K
 calls are host-bound.
 
@@ -51,6 +51,7 @@ def _splitk_kernel(
     bias_ptr, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    SUM_SPLITS: tl.constexpr,  # slices the fix-up adds per step (sum_splits)
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask needed
     HINT_M: tl.constexpr, HINT_N: tl.constexpr,  # contiguity hints hold (wrap_keeps_vectors)
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
@@ -97,14 +98,32 @@ def _splitk_kernel(
     tl.debug_barrier()
     if tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel") == SPLIT_K - 1:
         tl.store(arrivals_ptr + tile, 0)
+        # SUM_SPLITS slices at a time, loaded together: one slice after another is a chain of
+        # SPLIT_K dependent L2 reads, which is all a tiny tile's fix-up does. The additions'
+        # order is the code's, so every run sums alike.
+        splits = tl.arange(0, SUM_SPLITS)
+        chunk_ptrs = ws_ptrs[None, :, :] + (splits * M * stride_wm)[:, None, None]
         total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for _ in range(SPLIT_K):  # in split order: the same sum on every run
-            total += tl.load(ws_ptrs, mask=in_bounds, other=0.0, cache_modifier=".cg")
-            ws_ptrs += M * stride_wm
+        for first in range(0, SPLIT_K, SUM_SPLITS):
+            present = in_bounds[None, :, :] & (first + splits < SPLIT_K)[:, None, None]
+            partials = tl.load(chunk_ptrs + first * M * stride_wm, mask=present, other=0.0,
+                               cache_modifier=".cg")
+            total += tl.sum(partials, axis=0)
         total = apply_epilogue(total, out_cols, N, bias_ptr, scale_a_ptr, scale_b_ptr,
                                HAS_BIAS, SCALED)
         c_ptrs = c_ptr + out_rows[:, None] * stride_cm + out_cols[None, :] * stride_cn
         tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=in_bounds)
+
+
+# The fix-up's register budget: fp32 partials it loads at once (16 KiB over 4 warps).
+SUM_ELEMENTS = 4096
+
+
+def sum_splits(tunables: Mapping[str, int]) -> int:
+    """How many slices the fix-up loads at once: the largest power of two up to SPLIT_K whose
+    tiles fit in SUM_ELEMENTS (a power of two, as tl.arange needs)."""
+    fit = max(1, SUM_ELEMENTS // (tunables["BLOCK_M"] * tunables["BLOCK_N"]))
+    return 1 << (min(fit, tunables["SPLIT_K"]).bit_length() - 1)
 
 
 def _workspace(gemm: Gemm, split_k: int) -> torch.Tensor:
@@ -131,7 +150,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     start(_splitk_kernel, (tiles, tunables["SPLIT_K"]),
           (a, b, workspace, _arrivals(gemm, tiles), out, M, N, K, wrap_m, wrap_n,
            *a.stride(), *b.stride(), *out.stride(), *epilogue), dict(
-              EVEN_K=K % tunables["BLOCK_K"] == 0,
+              SUM_SPLITS=sum_splits(tunables), EVEN_K=K % tunables["BLOCK_K"] == 0,
               HINT_M=wrap_keeps_vectors(wrap_m), HINT_N=wrap_keeps_vectors(wrap_n),
               INT64_OFFSETS=needs_int64(a, b, out, workspace),
               **dot_options(gemm), **epilogue_flags,

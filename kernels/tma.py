@@ -3,8 +3,18 @@
 Hopper's Tensor Memory Accelerator copies a whole tile between global and shared memory in
 one instruction, computing addresses and bounds in hardware: the kernel needs no pointer
 arithmetic, and loads past the edge of a matrix read zeros, so ragged M, N and K need no
-masks. The descriptors are built on the host (triton.tools.tensor_descriptor), with block
-shapes set per config.
+masks.
+
+The host builds the descriptors (triton.tools.tensor_descriptor), with block shapes set per
+config, and kernels/launches.py re-bases them per operand address in replays. A kernel can
+build its own instead (tl.make_tensor_descriptor, `operand_descriptor` with ON_DEVICE): the
+persistent variant does so where it warp-specializes, since Triton's Hopper warp specializer
+splits a 128-row tile between two MMA warp groups, which host-built block shapes forbid
+(triton #11587). Elsewhere host-built ones are faster: a device-built descriptor costs each
+program a global write and a fence before its first load, 1.1-1.5x the device time of
+decode-sized and small-tile calls on an H100 (benchmarks/results/descriptors/). Device-built
+descriptors live in a global scratch area Triton asks its allocator for
+(launches.use_torch_allocator).
 
 Every layout runs natively. TMA needs a unit stride along the block's inner dimension, so an
 operand stored transposed (a `t` operand: A = storage(K×M).t()) gets a descriptor over its
@@ -25,7 +35,9 @@ Block shapes need no check of their own: tl.dot already needs every block dimens
 so each descriptor's inner block dimension holds >= 16 bytes, as TMA requires, and Triton
 splits blocks with a dimension over TMA's 256-element box limit into several copies.
 
-The tile loop, tile order and store live in jit helpers that kernels/persistent.py reuses.
+The descriptors, tile loop and store live in jit helpers that the persistent and stream-K
+variants reuse. Both kernels here take either placement (DESC_ON_DEVICE); each variant's
+launcher chooses.
 """
 from __future__ import annotations
 
@@ -42,12 +54,43 @@ from tuner.kernels._epilogue import apply_epilogue
 from tuner.kernels._launch import dot_options, epilogue_args, tile_count
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import TILE_PARAMS, TILE_SHORT_NAMES, Gemm, Variant
-from tuner.kernels.launches import start
+from tuner.kernels.launches import start, use_torch_allocator
 from tuner.kernels.mma import TileOperands, pipeline_smem_bytes
 from tuner.kernels.padding import is_transposed
 
 _ALIGN_BYTES = 16  # TMA: base addresses and the strides between rows, in bytes
 _MAX_STRIDE_BYTES = 2**40  # TMA: strides must stay below this
+
+
+@triton.jit
+def operand_descriptor(operand, rows, cols, row_stride, BLOCK_ROWS: tl.constexpr,
+                       BLOCK_COLS: tl.constexpr, TRANSPOSED: tl.constexpr,
+                       ON_DEVICE: tl.constexpr):
+    """The descriptor of a logical rows×cols operand's BLOCK_ROWS×BLOCK_COLS blocks: the one
+    the host built (`operand` itself), or, ON_DEVICE, one built here over the pointer
+    `operand`, whose storage has `row_stride` between rows (a transposed operand's storage
+    is cols×rows, and so are its blocks: see _load_block)."""
+    if not ON_DEVICE:
+        desc = operand
+    elif TRANSPOSED:
+        desc = tl.make_tensor_descriptor(operand, shape=[cols, rows], strides=[row_stride, 1],
+                                         block_shape=[BLOCK_COLS, BLOCK_ROWS])
+    else:
+        desc = tl.make_tensor_descriptor(operand, shape=[rows, cols], strides=[row_stride, 1],
+                                         block_shape=[BLOCK_ROWS, BLOCK_COLS])
+    return desc
+
+
+@triton.jit
+def output_descriptor(out, M, N, stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      OUT_DESC: tl.constexpr, ON_DEVICE: tl.constexpr):
+    """What store_tile writes through: ON_DEVICE with OUT_DESC, a descriptor of BLOCK_M×BLOCK_N
+    blocks built over the pointer `out`; else `out` as the host passed it (a descriptor
+    where OUT_DESC, a pointer otherwise)."""
+    if OUT_DESC and ON_DEVICE:
+        out = tl.make_tensor_descriptor(out, shape=[M, N], strides=[stride_cm, 1],
+                                        block_shape=[BLOCK_M, BLOCK_N])
+    return out
 
 
 @triton.jit
@@ -62,14 +105,15 @@ def _load_block(desc, row, col, TRANSPOSED: tl.constexpr):
 
 
 @triton.jit
-def tile_product(a_desc, b_desc, off_m, off_n, K,
+def tile_product(a_desc, b_desc, off_m, off_n, first_step, end_step,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  A_T: tl.constexpr, B_T: tl.constexpr,
                  DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """The fp32 BLOCK_M×BLOCK_N tile of A @ B at (off_m, off_n). Blocks past K load as zeros,
-    which add nothing, so a ragged K needs no mask."""
+    """The fp32 BLOCK_M×BLOCK_N tile of A @ B at (off_m, off_n) over the K steps
+    [first_step, end_step). Blocks past K load as zeros, which add nothing, so a ragged K
+    needs no mask."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k_step in range(tl.cdiv(K, BLOCK_K)):
+    for k_step in range(first_step, end_step):
         a = _load_block(a_desc, off_m, k_step * BLOCK_K, A_T)
         b = _load_block(b_desc, k_step * BLOCK_K, off_n, B_T)
         if DOT_UPCAST:
@@ -85,7 +129,8 @@ def store_tile(out, acc, off_m, off_n, M, N, stride_cm, stride_cn,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OUT_DESC: tl.constexpr,
                HAS_BIAS: tl.constexpr, SCALED: tl.constexpr):
     """Apply the epilogue to the BLOCK_M×BLOCK_N fp32 tile at (off_m, off_n) and store it:
-    through the output descriptor (which clips at the edges) or masked pointers (OUT_DESC)."""
+    through the output descriptor (which clips at the edges: output_descriptor) or masked
+    pointers (OUT_DESC)."""
     cols = off_n + tl.arange(0, BLOCK_N)
     acc = apply_epilogue(acc, cols, N, bias_ptr, scale_a_ptr, scale_b_ptr, HAS_BIAS, SCALED)
     if OUT_DESC:
@@ -100,21 +145,26 @@ def store_tile(out, acc, off_m, off_n, M, N, stride_cm, stride_cn,
 
 @triton.jit
 def _tma_kernel(
-    a_desc, b_desc, out, M, N, K, stride_cm, stride_cn,
+    a, b, out, M, N, K, stride_cm, stride_cn,  # a, b: descriptors, or pointers (DESC_ON_DEVICE)
     bias_ptr, scale_a_ptr, scale_b_ptr,
+    stride_a, stride_b,  # row strides of a's and b's storage, for descriptors built here
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     A_T: tl.constexpr, B_T: tl.constexpr,  # descriptor over the operand's transposed storage
     OUT_DESC: tl.constexpr,  # out is a descriptor (else a pointer with strides)
+    DESC_ON_DEVICE: tl.constexpr,  # the kernel builds the descriptors (operand_descriptor)
     DOT_UPCAST: tl.constexpr,  # multiply in fp32 (interpreter workaround, _launch.py)
     INPUT_PRECISION: tl.constexpr,  # "ieee" / "tf32" for fp32 inputs, None (default) else
     HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # epilogue (_epilogue.py)
 ):
+    a = operand_descriptor(a, M, K, stride_a, BLOCK_M, BLOCK_K, A_T, DESC_ON_DEVICE)
+    b = operand_descriptor(b, K, N, stride_b, BLOCK_K, BLOCK_N, B_T, DESC_ON_DEVICE)
+    out = output_descriptor(out, M, N, stride_cm, BLOCK_M, BLOCK_N, OUT_DESC, DESC_ON_DEVICE)
     tile_m, tile_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = tile_m * BLOCK_M
     off_n = tile_n * BLOCK_N
-    acc = tile_product(a_desc, b_desc, off_m, off_n, K, BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T,
-                       DOT_UPCAST, INPUT_PRECISION)
+    acc = tile_product(a, b, off_m, off_n, 0, tl.cdiv(K, BLOCK_K),
+                       BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T, DOT_UPCAST, INPUT_PRECISION)
     store_tile(out, acc, off_m, off_n, M, N, stride_cm, stride_cn,
                bias_ptr, scale_a_ptr, scale_b_ptr, BLOCK_M, BLOCK_N, OUT_DESC, HAS_BIAS, SCALED)
 
@@ -159,10 +209,16 @@ def _out_by_descriptor(out: torch.Tensor) -> bool:
     return not is_transposed(out) and descriptor_problem("out", out) is None
 
 
-def descriptor_args(gemm: Gemm, tunables: Mapping[str, int],
-                    out_block_n: int) -> tuple[tuple, dict]:
-    """The arguments (a_desc, b_desc, out, M, N, K, stride_cm, stride_cn, bias_ptr,
-    scale_a_ptr, scale_b_ptr) both TMA kernels start with, and their layout, dot and epilogue
+def _row_stride(t: torch.Tensor) -> int:
+    """The stride between the rows of t's storage (its columns' if t is stored transposed)."""
+    return t.stride(1) if is_transposed(t) else t.stride(0)
+
+
+def descriptor_args(gemm: Gemm, tunables: Mapping[str, int], out_block_n: int,
+                    on_device: bool) -> dict:
+    """The arguments the TMA kernels share, by name: a, b and out (host-built descriptors;
+    on_device, the tensors themselves, from which the kernel builds its own), M, N, K, the
+    strides, the epilogue's pointers, and their layout, descriptor, dot and epilogue
     constexprs. Output blocks are BLOCK_M×out_block_n (the persistent kernel may store a tile
     in halves)."""
     a, b, out = gemm.a, gemm.b, gemm.out
@@ -170,19 +226,29 @@ def descriptor_args(gemm: Gemm, tunables: Mapping[str, int],
     block_m, block_n, block_k = tunables["BLOCK_M"], tunables["BLOCK_N"], tunables["BLOCK_K"]
     out_desc = _out_by_descriptor(out)
     epilogue, epilogue_flags = epilogue_args(gemm)
-    args = (_descriptor(a, block_m, block_k), _descriptor(b, block_k, block_n),
-            _descriptor(out, block_m, out_block_n) if out_desc else out,
-            M, N, K, *out.stride(), *epilogue)
-    return args, dict(A_T=is_transposed(a), B_T=is_transposed(b), OUT_DESC=out_desc,
-                      **dot_options(gemm), **epilogue_flags)
+    if on_device:
+        use_torch_allocator()
+    else:
+        a, b = _descriptor(a, block_m, block_k), _descriptor(b, block_k, block_n)
+        out = _descriptor(out, block_m, out_block_n) if out_desc else out
+    stride_cm, stride_cn = gemm.out.stride()
+    bias_ptr, scale_a_ptr, scale_b_ptr = epilogue
+    return dict(a=a, b=b, out=out, M=M, N=N, K=K, stride_cm=stride_cm, stride_cn=stride_cn,
+                bias_ptr=bias_ptr, scale_a_ptr=scale_a_ptr, scale_b_ptr=scale_b_ptr,
+                stride_a=_row_stride(gemm.a), stride_b=_row_stride(gemm.b),
+                A_T=is_transposed(gemm.a), B_T=is_transposed(gemm.b), OUT_DESC=out_desc,
+                DESC_ON_DEVICE=on_device, **dot_options(gemm), **epilogue_flags)
 
 
-def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
+def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool,
+           on_device: bool = False) -> None:
+    """on_device: the kernel builds its descriptors (the placement the module docstring
+    weighs; benchmarks/descriptor_placement.py times the two)."""
     M, N, _ = gemm.mnk
     grid = (tile_count(M, N, tunables),)
-    args, constexprs = descriptor_args(gemm, tunables, tunables["BLOCK_N"])
+    args = descriptor_args(gemm, tunables, tunables["BLOCK_N"], on_device)
     # tunables: BLOCK_M/N/K and GROUP_M constexprs; num_stages and num_warps options
-    start(_tma_kernel, grid, args, {**constexprs, **tunables}, compile_only)
+    start(_tma_kernel, grid, (), {**args, **tunables}, compile_only)
 
 
 # The TMA loads' mbarriers and their alignment: Triton's figures exceed the buffers by 8 to

@@ -130,11 +130,23 @@ def test_what_cannot_run_is_infinitely_slow():
     unaligned = Shape(4097, 4095, 4100, "bf16")  # strides not 16-byte multiples: no TMA
     assert model.predict_ms(unaligned, dict(TILE, variant="tma"), H200) == math.inf
     assert model.predict_ms(unaligned, dict(TILE, variant="tma", pad=64), H200) < math.inf
-    # Warp-specialized 128-row tiles do not compile on Hopper (kernels/persistent.py).
+    # Warp-specialized tiles of any height run (device-built descriptors, kernels/tma.py).
     aligned = Shape(4096, 4096, 4096, "bf16")
     ws = dict(PERSISTENT, num_warps=4, FLATTEN=0, WARP_SPECIALIZE=1)
-    assert model.predict_ms(aligned, ws, H200) == math.inf
+    assert model.predict_ms(aligned, ws, H200) < math.inf
     assert model.predict_ms(aligned, dict(ws, BLOCK_M=64), H200) < math.inf
+
+
+def test_a_warp_specialized_tile_multiplies_on_its_own_warps():
+    """128×256 on num_warps=4 holds 256 accumulators a thread and spills; warp-specialized,
+    its two MMA warp groups hold 128 each (kernels/persistent.py), so it runs as fast as
+    the same tile on 8 warps, not three times slower."""
+    shape = Shape(4096, 4096, 4096, "bf16")
+    wide = dict(PERSISTENT, BLOCK_N=256, num_warps=4, FLATTEN=0)
+    plain = model.predict_ms(shape, wide, H200)
+    specialized = model.predict_ms(shape, dict(wide, WARP_SPECIALIZE=1), H200)
+    eight_warps = model.predict_ms(shape, dict(wide, num_warps=8), H200)
+    assert specialized <= eight_warps < plain / 2
 
 
 def test_tf32_is_faster_than_ieee_fp32():

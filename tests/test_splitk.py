@@ -79,6 +79,19 @@ def test_split_k_values(k_block_split, device):
         <= DTYPES["fp32"].tolerance
 
 
+def test_the_fix_up_adds_several_slices_per_step(device):
+    """Slices go in chunks of a power of two within SUM_ELEMENTS, the last one masked where
+    SPLIT_K is not a multiple: 32×32 tiles add 4 at a time (8 splits: two chunks), 16×16 tiles
+    8 of 6 (one chunk, two slices masked off)."""
+    assert splitk.sum_splits(config(BLOCK_M=32, BLOCK_N=32, SPLIT_K=8)) == 4
+    assert splitk.sum_splits(config(BLOCK_M=16, BLOCK_N=16, SPLIT_K=6)) == 4
+    assert splitk.sum_splits(config(BLOCK_M=128, BLOCK_N=128, SPLIT_K=16)) == 1
+    for tile, split_k in ((32, 8), (16, 6)):
+        tunables = config(BLOCK_M=tile, BLOCK_N=tile, SPLIT_K=split_k)
+        assert shape_error(Shape(40, 36, 200, "fp32", "nn"), tunables, device) \
+            <= DTYPES["fp32"].tolerance
+
+
 @pytest.mark.parametrize("mnk", [(1, 40, 33), (45, 1, 70), (1, 1, 40), (16, 32, 64)],
                          ids=param_id)
 def test_edge_shapes(mnk, device):

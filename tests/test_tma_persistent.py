@@ -15,7 +15,7 @@ import torch
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
 from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
-from tuner.kernels import persistent, tma
+from tuner.kernels import KERNELS, persistent, tma
 from tuner.kernels.base import Gemm
 from tuner.kernels.persistent import PERSISTENT
 from tuner.kernels.tma import TMA
@@ -64,6 +64,18 @@ def test_fp8_scales_go_through_the_epilogue(name, layout, device):
     gemm = poisoned_gemm(Shape(48, 80, 96, "fp8e4m3", layout), device)
     assert gemm.scale_a is not None
     assert launch_error(VARIANTS[name], gemm, CONFIGS[name]) <= DTYPES["fp8e4m3"].tolerance
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_descriptors_built_by_the_kernel_compute_the_same(name, layout, device):
+    """Either placement of the descriptors (kernels/tma.py), with a bias; in `nt` also a
+    pointer-stored output (53 columns: TMA reads that layout's operands in any case)."""
+    launch = {"tma": tma.launch, "persistent": persistent.launch}[name]
+    for n in (56, 53) if layout == "nt" else (56,):
+        gemm = poisoned_gemm(Shape(40, n, 72, "bf16", layout), device, bias=True)
+        launch(gemm, CONFIGS[name], False, on_device=True)
+        assert relative_error(gemm.out, reference(gemm)) <= DTYPES["bf16"].tolerance
 
 
 @pytest.mark.parametrize("dtype", WIDE_DTYPES)
@@ -158,6 +170,34 @@ def test_persistent_refuses_every_config_when_tl_range_lacks_an_option(monkeypat
         assert reason is not None and "warp_specialize=" in reason
 
 
+WARP_SPECIALIZED = {**BLOCKS, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4,
+                    "WARP_SPECIALIZE": 1, "FLATTEN": 0, "EPILOGUE_SUBTILE": 0}
+
+
+def test_persistent_refuses_warp_specialized_tiles_that_do_not_compile(monkeypatch):
+    gemm = meta_gemm(Shape(256, 256, 256, "bf16", "nt"))
+    assert PERSISTENT.unsupported(gemm, WARP_SPECIALIZED) is None
+    assert PERSISTENT.unsupported(gemm, {**WARP_SPECIALIZED, "BLOCK_M": 256}) is None
+    narrow_wide = {**WARP_SPECIALIZED, "BLOCK_M": 64, "BLOCK_N": 256}
+    assert "64×256" in PERSISTENT.unsupported(gemm, narrow_wide)
+    subtiled = {**WARP_SPECIALIZED, "EPILOGUE_SUBTILE": 1}
+    monkeypatch.setattr(persistent, "_TRITON_VERSION", (3, 6))
+    assert "EPILOGUE_SUBTILE" in PERSISTENT.unsupported(gemm, subtiled)
+    assert PERSISTENT.unsupported(gemm, {**subtiled, "BLOCK_M": 64}) is None
+    monkeypatch.setattr(persistent, "_TRITON_VERSION", (3, 9))
+    assert PERSISTENT.unsupported(gemm, subtiled) is None
+
+
+def test_a_warp_specialized_tile_holds_its_accumulator_on_its_mma_warps():
+    """128×256 on num_warps=4 would need 256 accumulator registers a thread; warp-specialized,
+    Triton multiplies on two warp groups of its own (168 registers reported, no spills)."""
+    kernel = KERNELS["mm"]
+    gemm = meta_gemm(Shape(4096, 4096, 4096, "bf16", "nt"))
+    tall = {"variant": "persistent", "pad": 0, **WARP_SPECIALIZED, "BLOCK_N": 256}
+    assert kernel.feasible(tall, gemm, 232448) is None
+    assert "registers" in kernel.feasible({**tall, "WARP_SPECIALIZE": 0}, gemm, 232448)
+
+
 def test_installed_triton_has_every_persistent_option():
     assert persistent._MISSING_RANGE_OPTIONS == ()
 
@@ -185,7 +225,10 @@ def test_smem_estimates_match_what_triton_reported():
     subtiled = {**big, **flags, "EPILOGUE_SUBTILE": 1}
     assert PERSISTENT.smem_bytes(subtiled, fp16) == 114688 + barriers  # 114712
     warp_specialized = {**big, **flags, "BLOCK_M": 64, "num_warps": 4, "WARP_SPECIALIZE": 1}
-    assert PERSISTENT.smem_bytes(warp_specialized, fp16) == 106496 + barriers  # 106592
+    assert PERSISTENT.smem_bytes(warp_specialized, fp16) == 106496 + barriers  # 106848
+    # 128 rows and more: the staged output is not double-buffered (reported 213464).
+    tall = {**warp_specialized, "BLOCK_M": 128, "BLOCK_N": 256}
+    assert PERSISTENT.smem_bytes(tall, fp16) == 147456 + 65536 + barriers
     # fp8 inputs: 1-byte tiles, a 2-byte (bf16) output.
     assert PERSISTENT.smem_bytes({**big, **flags}, fp8) == 3 * 16384 + 128 * 128 * 2 + barriers
     # IEEE fp32 on the CUDA cores: 2 of 3 stages buffered, and the staged output on top
@@ -231,12 +274,17 @@ def test_gpu_ragged_shape_with_pointer_store(name):
 
 
 @pytest.mark.gpu
-def test_gpu_warp_specialized_persistent_matches_reference():
-    """The config Hopper really warp-specializes: num_warps=4, FLATTEN=0, BLOCK_M=64."""
-    config = {**GPU_CONFIG, "BLOCK_M": 64, "num_warps": 4, "WARP_SPECIALIZE": 1, "FLATTEN": 0,
-              "EPILOGUE_SUBTILE": 0}
-    gemm = poisoned_gemm(Shape(512, 384, 1024, "fp16", "nt"), "cuda")
-    assert launch_error(PERSISTENT, gemm, config) <= DTYPES["fp16"].tolerance
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tile", [(64, 128), (128, 128), (128, 256), (256, 128)],
+                         ids=lambda t: f"{t[0]}x{t[1]}")
+def test_gpu_warp_specialized_persistent_matches_reference(tile, layout):
+    """The configs Hopper really warp-specializes (num_warps=4, FLATTEN=0), 128 and 256 rows
+    included, on shapes ragged in every block dimension (and TMA-aligned) with a bias."""
+    config = {**WARP_SPECIALIZED, "BLOCK_M": tile[0], "BLOCK_N": tile[1]}
+    for seed in range(3):
+        shape = Shape(1000 + 8 * seed, 776, 1032, "bf16", layout)
+        gemm = poisoned_gemm(shape, "cuda", bias=True)
+        assert launch_error(PERSISTENT, gemm, config) <= DTYPES["bf16"].tolerance, seed
 
 
 @pytest.mark.gpu

@@ -104,6 +104,12 @@ SPILL_SLOWDOWN = 3.0
 KMAJOR_B_TWO_GROUP_SLOWDOWN = 1.2
 
 
+# Warps that multiply in a warp-specialized Hopper tile loop (tl.range(warp_specialize=)):
+# Triton 3.6 and 3.9 give it two warp groups of its own beside the loads and the epilogue,
+# whatever num_warps says (kernels/persistent.py).
+WS_MMA_WARPS = 8
+
+
 def uses_wgmma(block_m: int, num_warps: int, tensor_cores: bool) -> bool:
     """Hopper's wgmma: a warp group (4 warps) per 64 rows of the tile, on tensor cores
     (tuner.kernels.mma says how Triton chooses)."""
