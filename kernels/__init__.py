@@ -13,8 +13,10 @@ from tuner.kernels.base import KERNELS, Kernel
 from tuner.kernels.cublas import CUBLAS
 from tuner.kernels.gemv import GEMV
 from tuner.kernels.general import GENERAL
+from tuner.kernels.gluon_mm import GLUON
 from tuner.kernels.persistent import PERSISTENT
 from tuner.kernels.splitk import SPLITK
+from tuner.kernels.streamk import STREAMK
 from tuner.kernels.tma import TMA
 
 _HERE = Path(__file__).parent
@@ -24,7 +26,8 @@ _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainlo
 # The registry (the dict lives in kernels/base.py, which labels configs by it). A new variant
 # is listed here, in each kernel that offers it.
 KERNELS.update({
-    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, SPLITK, CUBLAS), _SHARED),
+    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, STREAMK, SPLITK, GLUON, CUBLAS),
+                 _SHARED),
     "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK, CUBLAS), _SHARED),
 })
 

@@ -5,9 +5,9 @@ tiles to fill the GPU: each tile is one long walk along K, and most SMs sit idle
 runs SPLIT_K programs per tile, each over one contiguous slice of K, and each stores its fp32
 partial tile in its own slice of a [SPLIT_K, M, N] workspace. The tile's last split to arrive
 (a per-tile arrival counter, put back to zero) sums the slices in a fixed order, several
-slices at a time, so results are deterministic, applies the epilogue (fp8 scales, bias) once, and casts into C with any
-strides. A call is one launch, as cheap to issue as any tile kernel's: decode-sized split-K
-calls are host-bound.
+slices at a time, so results are deterministic, applies the epilogue (fp8 scales, bias)
+once, and casts into C with any strides. A call is one launch, as cheap to issue as any
+tile kernel's: decode-sized split-K calls are host-bound.
 
 Atomic adds into one shared slice would save workspace traffic, but on an H100 (triton 3.6)
 their sums read wrong now and then, even from a separate kernel, so none are used. There is

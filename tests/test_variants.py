@@ -46,9 +46,11 @@ def test_the_model_predicts_every_variant_of_the_builtin_spaces(kernel, variant)
     if space is None or variant not in space.variant_params:
         pytest.skip(f"{variant} is not in the built-in {kernel} space")
     shape = Shape(1, 4096, 4096, "bf16") if kernel == "gemv" else Shape(512, 1024, 2048, "bf16")
-    config = next(c for c in space.configs() if c["variant"] == variant)
-    ms = model.predict_ms(shape, config, model.H100_SXM)
-    assert 0 < ms < math.inf
+    # A variant's first configs may be tiles it cannot run (gluon's wgmma takes no 16-row
+    # tile), predicted infinite: some config must be predicted finite.
+    predicted = (model.predict_ms(shape, c, model.H100_SXM) for c in space.configs()
+                 if c["variant"] == variant)
+    assert 0 < next((ms for ms in predicted if ms < math.inf), 0)
 
 
 def test_a_variant_without_a_term_has_no_prediction(with_variant):
