@@ -257,7 +257,7 @@ def _multiply_tiles(ring, sizes, output, BLOCK_M: gl.constexpr, BLOCK_N: gl.cons
         total_steps = gl.cdiv(num_tiles - pid, NUM_SMS) * k_steps  # the grid <= num_tiles
         off_m, off_n = _tile_origin(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         position = (0, pid, 0, off_m, off_n)
-        for _ in gl.static_range(STAGES - 1):
+        for stage in gl.static_range(STAGES - 1):  # noqa: B007 (the loads ahead)
             position = _load_ahead(ring, sizes, position, total_steps, BLOCK_M, BLOCK_N,
                                    BLOCK_K, GROUP_M, STAGES, A_T, B_T)
 
