@@ -14,17 +14,14 @@ import math
 import pytest
 import torch
 
-import tuner
-from tests.test_gpu import _forced
 from tests.test_tma_persistent import launch_error
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution.measure import meta_gemm, random_gemm, relative_error
+from tuner.execution.measure import meta_gemm, random_gemm
 from tuner.export_flaggems import NO_EXPAND_OP
 from tuner.kernels import KERNELS, gluon_mm, kernel_variants
 from tuner.kernels._launch import INTERPRETED
 from tuner.kernels.gluon_mm import GLUON
 from tuner.model import predict as model
-from tuner.runtime import dispatch
 from tuner.shapes import LAYOUTS, Shape
 from tuner.space import builtin_spaces
 
@@ -232,41 +229,3 @@ def test_gpu_compile_on_meta_tensors_is_what_the_launch_runs():
     compiled = len(cache)
     assert launch_error(GLUON, seeded_gemm(shape, 5), NARROW) <= DTYPES["bf16"].tolerance
     assert len(cache) == compiled
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", ["wide", "narrow-ws"])
-def test_gpu_replayed_calls_compute_their_own_operands(name, monkeypatch):
-    """Through the dispatcher: the first call records the launch, later ones replay it with
-    their own operands' addresses (kernels/launches.py), through both public calls."""
-    _forced(monkeypatch, {"variant": "gluon", "pad": 0, **CONFIGS[name]})
-    weight = torch.randn(384, 1024, device="cuda", dtype=torch.bfloat16)
-    bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
-    for seed in range(4):
-        torch.manual_seed(seed)
-        x = torch.randn(96, 1024, device="cuda", dtype=torch.bfloat16)
-        want = x.double() @ weight.double().t()
-        assert relative_error(tuner.linear(x, weight, bias), want + bias.double()) <= 1e-2
-        assert relative_error(tuner.matmul(x, weight.t()), want) <= 1e-2
-    assert all(call.prepared.replay is not None for call in dispatch._CALLS.values())
-    dispatch.clear_cache()
-
-
-@pytest.mark.gpu
-def test_gpu_cuda_graph_capture_replays_tuner_linear(monkeypatch):
-    _forced(monkeypatch, {"variant": "gluon", "pad": 0, **NARROW})
-    weight = torch.randn(384, 1024, device="cuda", dtype=torch.bfloat16)
-    static_x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
-    tuner.linear(static_x, weight)  # first call: compiles and records, outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = tuner.linear(static_x, weight)
-    for seed in range(3):
-        torch.manual_seed(seed)
-        static_x.copy_(torch.randn_like(static_x))
-        static_out.fill_(float("nan"))
-        graph.replay()
-        want = static_x.double() @ weight.double().t()
-        assert relative_error(static_out, want) <= DTYPES["bf16"].tolerance, seed
-    dispatch.clear_cache()

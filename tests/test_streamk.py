@@ -14,18 +14,16 @@ import pytest
 import torch
 import triton
 
-import tuner
 from tests.test_tma_persistent import launch_error, poisoned_gemm
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
 from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
 from tuner.export_flaggems import NO_EXPAND_OP
-from tuner.kernels import KERNELS, kernel_for, persistent, streamk
+from tuner.kernels import KERNELS, persistent, streamk
 from tuner.kernels.base import TILE_PARAMS, config_label
 from tuner.kernels.splitk import SPLITK
 from tuner.kernels.streamk import STREAMK, Schedule, launch_schedule, schedule
 from tuner.kernels.workspace import Workspace
 from tuner.model import predict as model
-from tuner.runtime import dispatch
 from tuner.shapes import LAYOUTS, Shape
 
 BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2,
@@ -387,58 +385,6 @@ def test_gpu_split_k_is_bit_identical_run_to_run():
     tunables = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 16, "num_stages": 3,
                 "num_warps": 4}
     _same_bytes_every_run(SPLITK, tunables, Shape(64, 512, 8192, "bf16", "nt"))
-
-
-def _forced(monkeypatch, config):
-    """The dispatcher answers every call with `config` (as tests/test_gpu.py does)."""
-    monkeypatch.setattr(dispatch, "_decide", lambda gemm: (kernel_for(*gemm.mnk[:2]), config))
-    dispatch.clear_cache()
-
-
-REPLAYED = {"variant": "streamk", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64,
-            "GROUP_M": 8, "num_stages": 3, "num_warps": 4, "SK_FULL_WAVES": 0}
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("pad", (0, 64))
-def test_gpu_replayed_calls_compute_their_own_operands(pad, monkeypatch):
-    """96×384 in 64×128 tiles is 6 tiles of 16 steps, streamed by 12 programs, half a tile
-    each. Later calls replay the recorded launch (workspaces held by the replay) on new
-    operands."""
-    _forced(monkeypatch, {**REPLAYED, "pad": pad})
-    k = 1000 if pad else 1024
-    weight = torch.randn(384, k, device="cuda", dtype=torch.bfloat16)
-    bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
-    for seed in range(4):
-        torch.manual_seed(seed)
-        x = torch.randn(96, k, device="cuda", dtype=torch.bfloat16)
-        got = tuner.linear(x, weight, bias)
-        want = x.double() @ weight.double().t() + bias.double()
-        assert relative_error(got, want) <= DTYPES["bf16"].tolerance, seed
-        got = tuner.matmul(x, weight.t())
-        assert relative_error(got, x.double() @ weight.double().t()) <= 1e-2, seed
-    assert all(call.prepared.replay is not None for call in dispatch._CALLS.values())
-    dispatch.clear_cache()
-
-
-@pytest.mark.gpu
-def test_gpu_cuda_graph_capture_replays(monkeypatch):
-    _forced(monkeypatch, REPLAYED)
-    weight = torch.randn(384, 1024, device="cuda", dtype=torch.bfloat16)
-    static_x = torch.randn(96, 1024, device="cuda", dtype=torch.bfloat16)
-    tuner.linear(static_x, weight)  # first call: compiles and records, outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = tuner.linear(static_x, weight)
-    for seed in range(3):
-        torch.manual_seed(seed)
-        static_x.copy_(torch.randn_like(static_x))
-        static_out.fill_(float("nan"))
-        graph.replay()
-        want = static_x.double() @ weight.double().t()
-        assert relative_error(static_out, want) <= DTYPES["bf16"].tolerance, seed
-    dispatch.clear_cache()
 
 
 @pytest.mark.gpu
