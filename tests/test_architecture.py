@@ -217,3 +217,23 @@ def test_an_expand_file_lookup_needs_neither_optuna_sqlalchemy_export_nor_db(tmp
                          capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"source": "expand-model", "loaded": []}
+
+
+def test_no_test_imports_a_benchmark_or_reads_its_files():
+    """Benchmarks are GPU scripts and their records, free to change with each measurement: a
+    test imports nothing from them and names no path under them (what it needs lives in the
+    library or under tests/data/). This module names the folder only to forbid it."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path == Path(__file__).resolve():
+            continue
+        text = path.read_text()
+        imported = {alias.name for node in ast.walk(ast.parse(text))
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(ast.parse(text))
+                     if isinstance(node, ast.ImportFrom)}
+        if any(name.split(".")[0] == "benchmarks" for name in imported):
+            offenders.append(f"{path.name}: imports benchmarks")
+        if "benchmarks/" in text or '"benchmarks"' in text:
+            offenders.append(f"{path.name}: names a path under benchmarks/")
+    assert offenders == []

@@ -2,7 +2,6 @@
 that a fallback answers only with configs that can run the key, the best answer without
 cuBLAS, what the answer says about itself, its logging, and that it agrees with the export
 on random keys."""
-import importlib.util
 import json
 import logging
 import os
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 from tuner import runtime
 from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
 from tuner.execution.measure import meta_gemm
+from tuner.fallback_scoring import answers
 from tuner.kernels import KERNELS
 from tuner.model import predict as model
 from tuner.runtime import fallback
@@ -600,26 +600,19 @@ def test_a_neighbours_measurements_calibrate_the_models_tile_against_cublas(
 
 
 # -- the fallback's rules against timings of what it weighs ---------------------------------------
-REPO = Path(__file__).resolve().parent.parent
-POOL_TIMINGS = REPO / "benchmarks/results/fallback/fallback_pool-h100.json"
+DATA = Path(__file__).resolve().parent / "data"
+POOL_TIMINGS, POOL_TABLE = DATA / "fallback_pool-h100.json", DATA / "tuned-h100-2026-11-25.yaml"
 
 
-def test_the_fallback_answers_the_timed_hold_out_shapes_at_least_as_fast_as_cublas(
-        monkeypatch):
+def test_the_fallback_answers_the_timed_hold_out_shapes_at_least_as_fast_as_cublas():
     """The committed H100 timings of every config the fallback weighs for the 26 mm hold-out
-    shapes (benchmarks/fallback_pool.py), its table being shapes-dev's: asked again, the
-    runtime answers each with a timed config, none more than 5% behind cuBLAS on device or per
-    call, and at least cuBLAS's speed over all. The rules before the closest neighbour's cuBLAS
-    and the tile-height limit gave 0.81 and 0.75 at worst."""
-    spec = importlib.util.spec_from_file_location("fallback_pool",
-                                                  REPO / "benchmarks/fallback_pool.py")
-    fallback_pool = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, fallback_pool)  # its dataclass looks it up
-    spec.loader.exec_module(fallback_pool)
-    data = json.loads(POOL_TIMINGS.read_text())
+    shapes (tests/data/README.md), its table being shapes-dev's: asked again, the runtime
+    answers each with a timed config, none more than 5% behind cuBLAS on device or per call,
+    and at least cuBLAS's speed over all. The rules before the closest neighbour's cuBLAS and
+    the tile-height limit gave 0.81 and 0.75 at worst."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        found = fallback_pool.answers(data, REPO / data["table"])
+        found = answers(json.loads(POOL_TIMINGS.read_text()), POOL_TABLE)
     assert len(found) == 26 and all(answer.timed is not None for answer in found)
     for figure in ("device_ms", "loop_ms"):
         ratios = [answer.ratio(figure) for answer in found]
