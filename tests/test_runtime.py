@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from tuner import runtime
 from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
 from tuner.runtime import fallback
 from tuner.runtime.table import write_atomic

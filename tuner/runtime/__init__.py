@@ -36,8 +36,10 @@ order above), `expand` and `online` (expand files and their online cache), `fall
 model-driven parts), `runnable` (whether a config can run a key), `answer` (TunedConfig and
 the fixed answers), `dispatch` (tuner.matmul/linear; imported only on use, it needs torch and
 Triton). Deployments need neither optuna nor sqlalchemy: the
-package never imports tuner.export or tuner.db (tests/test_architecture.py). Fallback
-constants are read from tuner.runtime.fallback: set them there.
+package imports none of the tuning side (tuner.execution, tuner.search, the export, tuner.db)
+but online tuning's one door, tuner.execution.in_process, opened on first need
+(tests/test_architecture.py). Fallback constants are read from tuner.runtime.fallback: set
+them there.
 """
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.fallback import (

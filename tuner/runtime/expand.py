@@ -245,8 +245,8 @@ class ExpandTable:
         """The op's product as configs that can run the key, in file order, each once: per
         source, the first of its variants the kernel lets run the key's operands, and of
         its configs those the kernel finds feasible there (shared memory, registers)."""
-        from tuner.execution.measure import meta_gemm
         from tuner.kernels import KERNELS
+        from tuner.kernels.calls import meta_gemm
 
         kernel = KERNELS[op]
         gemm = meta_gemm(shape_of(key))
