@@ -41,6 +41,7 @@ from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
 from tuner.runtime.runnable import shape_of
+from tuner.runtime.source import LOG_ENV_VAR
 from tuner.runtime.table import (
     TABLE_FORMAT,
     is_table_document,
@@ -227,7 +228,7 @@ class OnlineCache:
         hit = self._cached(op, key, strategy)
         if hit is not None:
             _STATS["cache_answers"] += 1
-            if os.environ.get("TUNE_LOG") == "1":
+            if os.environ.get(LOG_ENV_VAR) == "1":
                 _LOG.info("gemm-tuner: online: %s %s answered from %s, nothing timed", op,
                           _label(key), self.path)
         return hit
@@ -273,7 +274,7 @@ class OnlineCache:
                 _write_merged(self.path, _device_block(self.backend.info), launch, op,
                               strategy, self.source_hash(op), entry)
                 self._refresh()
-            if os.environ.get("TUNE_LOG") == "1":
+            if os.environ.get(LOG_ENV_VAR) == "1":
                 _LOG.info("gemm-tuner: online: %s %s timed %d configs in %.1f s -> %s "
                           "(%.4g ms); wrote %s", op, _label(key), timed,
                           time.perf_counter() - start, config, ms, self.path)
