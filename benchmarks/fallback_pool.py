@@ -10,8 +10,8 @@
     # against cuBLAS and against the best config of its pool
     python benchmarks/fallback_pool.py report fallback_pool.json --table tuned.yaml
 
-This is the measurement behind the fallback's rules (tuner.runtime.fallback and
-TunedTable._from_neighbours): which of cuBLAS and the neighbours' tiles answers, the margin
+This is the measurement behind the fallback's rules (tuner.runtime.fallback and the `nearest`
+step of tuner.runtime.policy): which of cuBLAS and the neighbours' tiles answers, the margin
 the model must predict, and which tiles are too tall for a call. `report` asks the runtime
 itself, so a change to those rules is scored on the same timings without the GPU; an answer
 outside the timed pool is reported as untimed. Shapes the table has an entry of, and M = 1

@@ -14,8 +14,8 @@ from statistics import median
 
 import pytest
 
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.shapes import Shape
 
 RECORDS = sorted((Path(__file__).parent / "data").glob("constraint_accuracy-h200-*.jsonl"))

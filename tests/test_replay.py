@@ -7,8 +7,8 @@ import pytest
 
 from tests.factories import H100
 from tests.test_search import ScriptedExecutor, speed
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
 from tuner.model.named_devices import named_spec
 from tuner.search.replay import (

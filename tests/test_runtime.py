@@ -5,6 +5,7 @@ on random keys."""
 import json
 import logging
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -18,11 +19,11 @@ from hypothesis import strategies as st
 
 from tuner import runtime
 from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
-from tuner.execution.measure import meta_gemm
 from tuner.fallback_scoring import answers
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
-from tuner.runtime import fallback
+from tuner.runtime import expand, fallback, policy
 from tuner.runtime.table import write_atomic
 from tuner.shapes import LAYOUTS, Shape
 
@@ -78,6 +79,30 @@ def three_sizes(tmp_path) -> Path:
     """bf16 buckets M=16, 512 and 4096, each with its own config."""
     return write_table(tmp_path / "t.yaml", [(key(16), SMALL_M), (key(512), SPLITK),
                                              (key(4096), GENERAL)])
+
+
+def test_the_policy_is_the_list_its_docstring_gives():
+    """The fallback's authoritative description (the docs quote it) names the steps the table
+    runs, in their order; an expand file's ends as a table's does."""
+    listed = re.findall(r"^\d\. `([a-z-]+)`:", policy.__doc__, re.M)
+    assert tuple(listed) == policy.TABLE_POLICY.names == (
+        "table", "nearest", "model", "cublas", "default")
+    assert expand.EXPAND_POLICY.names == ("expand-online", "expand-model", "cublas", "default")
+
+
+def test_each_answer_names_the_step_that_gave_it(three_sizes):
+    """Every step answers with its own name as the source, whichever path the key took: the
+    default where every variant that could run the key (fp8, nn: no cuBLAS) is left out."""
+    gemv = dict(M=1, N=64, K=64, dtype="bf16", stride_am=64, stride_bk=64)
+    triton_variants = [name for name in KERNELS["mm"].variant if name != "cublas"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        answers = [lookup(three_sizes, **key(300)), lookup(three_sizes, **key(48)),
+                   triton(three_sizes, **key(300, dtype="fp16")),
+                   lookup(three_sizes, "gemv", **gemv),
+                   runtime.get_tuned_config_without(triton_variants, "mm", path=three_sizes,
+                                                    **key(512, dtype="fp8e4m3"))]
+    assert [a.source for a in answers] == ["table", "nearest", "model", "cublas", "default"]
 
 
 def test_the_bucket_entry_answers_as_table(three_sizes):

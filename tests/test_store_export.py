@@ -14,7 +14,7 @@ from tuner.bucketing.strategies import bucket_key
 from tuner.cli import main
 from tuner.db.session import DatabaseError, session_factory
 from tuner.db.store import Store
-from tuner.execution.backends import DeviceInfo
+from tuner.devices import DeviceInfo
 from tuner.execution.measure import TrialResult
 from tuner.export import (
     ExportError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from tuner.execution.backends import DeviceInfo
+from tuner.devices import DeviceInfo
 from tuner.export import Pick
 from tuner.kernels import KERNELS
 from tuner.model.named_devices import device_and_spec
