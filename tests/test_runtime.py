@@ -111,6 +111,22 @@ def test_the_bucket_entry_answers_as_table(three_sizes):
     assert config.bucket == (512, 4096, 4096, 4096, 4096, "bf16")
 
 
+def test_a_bucket_tuned_to_cublas_answers_its_runner_up_without_cublas(tmp_path):
+    """Leaving cuBLAS out of a key tuned to it answers the best Triton config its own study
+    timed (the entry's alternates, in order, the first that can run the key), not a
+    neighbour's tile or the model's guess."""
+    path = tmp_path / "t.yaml"
+    write_atomic(path, {"format": runtime.TABLE_FORMAT,
+                        "device": {"name": "NVIDIA H100 80GB HBM3"},
+                        "ops": {"mm": {"strategy": LOG_M, "entries": [
+                            {"key": key(16), "config": SMALL_M},
+                            {"key": key(4096), "config": dict(runtime.CUBLAS_CONFIG),
+                             "alternates": [SPLITK | {"SPLIT_K": 4096}, GENERAL]}]}}})
+    config = triton(path, **key(4096))
+    assert dict(config) == GENERAL and config.source == "table"
+    assert dict(lookup(path, **key(4096))) == {"variant": "cublas", "pad": 0}
+
+
 def test_the_answer_is_a_read_only_mapping_and_memoised(three_sizes):
     config = lookup(three_sizes, **key(300))
     assert config["pad"] == 0 and {**config, "pad": 16}["pad"] == 16 and config == SPLITK
@@ -510,8 +526,8 @@ def test_the_models_pick_for_a_new_dtype_gives_way_to_cublas_predicted_faster(tm
 
 def test_the_best_answer_without_cublas(tmp_path, monkeypatch):
     """A bucket tuned to cuBLAS answers cuBLAS from the table, and the same object every time;
-    without cuBLAS, the same key gets the bucket's alternate (measured by the same study) or a
-    neighbour's config, never cuBLAS, memoised apart. A neighbour tuned to cuBLAS, not the
+    without cuBLAS, the same key gets the bucket's alternate (measured by the same study, so
+    no model is asked), never cuBLAS, memoised apart. A neighbour tuned to cuBLAS, not the
     closest, stands for cuBLAS beside the tuned candidates."""
     asked = []
     monkeypatch.setattr(fallback, "fastest_predicted", recording_first(asked))
@@ -525,10 +541,9 @@ def test_the_best_answer_without_cublas(tmp_path, monkeypatch):
     tuned = lookup(path, **key(400))
     assert dict(tuned) == cublas and tuned.source == "table" and not asked
     best = triton(path, **key(400))
-    assert asked[-1][0] == [SPLITK, GENERAL]
-    assert dict(best) == SPLITK and best.source == "nearest" and best.bucket[0] == 512
+    assert dict(best) == SPLITK and best.source == "table" and best.bucket[0] == 512
     assert lookup(path, **key(400)) is tuned and triton(path, **key(400)) is best
-    assert len(asked) == 1
+    assert not asked
     near = lookup(path, **key(1500))  # bucket 2048: 1 octave from 4096, 2 from 512
     assert asked[-1][0] == [GENERAL, SPLITK, cublas]
     assert dict(near) == GENERAL

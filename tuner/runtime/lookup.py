@@ -42,6 +42,8 @@ class OpTable:
         # Every entry's config, in file order: what the model's space is narrowed to.
         self.configs = [entry["config"] for entry in body["entries"]]
         self.by_bucket: dict[tuple, TunedConfig] = {}
+        # Per bucket: its entry's alternates, the runners-up measured on the bucket itself.
+        self.alternates: dict[tuple, tuple[TunedConfig, ...]] = {}
         # Per bucket whose entry says what it measured: what calibrates the model near it.
         self.measured: dict[tuple, Measurement] = {}
         # Per dtype, in file order: (log sizes, the entry's config and its alternates, each
@@ -50,6 +52,8 @@ class OpTable:
         for entry in body["entries"]:
             bucket = bucket_key(entry["key"], self.strategy)
             self.by_bucket[bucket] = TunedConfig(entry["config"], "table", bucket)
+            self.alternates[bucket] = tuple(TunedConfig(config, "table", bucket)
+                                            for config in entry.get("alternates", ()))
             measurement = Measurement.of(entry)
             if measurement is not None:
                 self.measured[bucket] = measurement
@@ -61,6 +65,10 @@ class OpTable:
     def exact(self, key: Mapping[str, object]) -> TunedConfig | None:
         """The config of the key's bucket, if the table has it."""
         return self.by_bucket.get(bucket_key(key, self.strategy))
+
+    def exact_alternates(self, key: Mapping[str, object]) -> tuple[TunedConfig, ...]:
+        """The alternates of the key's bucket, in the entry's order (none without an entry)."""
+        return self.alternates.get(bucket_key(key, self.strategy), ())
 
     def has_dtype(self, dtype: str) -> bool:
         """Whether the op has an entry of this dtype (else only the model's pick answers)."""

@@ -3,7 +3,8 @@
 A key gets the answer of the first step that has one, and the answer's `.source` is that
 step's name. Our table's policy (`TABLE_POLICY`):
 
-1. `table`: the entry of the key's bucket, as it is (the dispatcher checks the call).
+1. `table`: the entry of the key's bucket, as it is (the dispatcher checks the call); where
+   its variant is excluded, the first of its alternates that can run the key.
 2. `nearest`: a config of the closest tuned buckets of the key's op and dtype (log2 of M, N
    and K; the NEAREST_BUCKETS closest within MAX_NEIGHBOUR_OCTAVES), an alternate of theirs,
    or a variation that suits the key better: the model's pick, calibrated by what they
@@ -96,10 +97,16 @@ DEFAULT_STEP = Step("default", lambda question: DEFAULT_CONFIGS[question.op])
 
 # -- our table's steps -------------------------------------------------------------------------
 def _table(question: Question) -> TunedConfig | None:
-    """The entry of the key's bucket, unless of an excluded variant."""
+    """The entry of the key's bucket; where its variant is excluded, the first of its
+    alternates that may answer: measured on this very bucket, a runner-up beats any
+    neighbour's tile or the model's guess (get_tuned_config_without(("cublas",)) on a key
+    tuned to cuBLAS answers the best Triton config its study timed)."""
     entries = question.source.ops.get(question.op)
     exact = entries.exact(question.key) if entries is not None else None
-    return exact if exact is not None and exact["variant"] not in question.excluded else None
+    if exact is None or exact["variant"] not in question.excluded:
+        return exact
+    return next((alternate for alternate in entries.exact_alternates(question.key)
+                 if question.allowed(alternate)), None)
 
 
 def _nearest(question: Question) -> TunedConfig | None:
