@@ -25,3 +25,13 @@ class DeviceInfo:
     def fingerprint(self) -> str:
         """Same hardware and software stack, same fingerprint: results are comparable."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def device_matches(name: str, fingerprint: str, selector: str | None) -> bool:
+    """Whether a `--device` selector names this device: part of its name or a prefix of its
+    fingerprint, either case; no selector names every device. Every command that takes
+    --device asks this, so they agree on which devices a selector means."""
+    if selector is None:
+        return True
+    s = selector.lower()
+    return s in name.lower() or fingerprint.lower().startswith(s)

@@ -31,14 +31,15 @@ gets one config of its op's product of value lists, the model's pick (`expand-mo
 with TUNE_ONLINE=1, the winner of timing the candidates once, remembered in a cache table
 that processes share (`expand-online`; tuner.runtime.expand and tuner.runtime.online).
 
-The modules: `table` (the file format, read and written), `lookup` (loading, the memo, the
-order above), `expand` and `online` (expand files and their online cache), `fallback` (its
-model-driven parts), `runnable` (whether a config can run a key), `answer` (TunedConfig and
-the fixed answers), `dispatch` (tuner.matmul/linear; imported only on use, it needs torch and
-Triton). Deployments need neither optuna nor sqlalchemy: the
-package never imports tuner.export or tuner.db (tests/test_architecture.py). Fallback
+The files' formats are tuner.formats' (`table`, `flaggems`). The modules: `lookup` (loading,
+the memo, the order above), `expand` and `online` (expand files and their online cache),
+`fallback` (its model-driven parts), `runnable` (whether a config can run a key), `answer`
+(TunedConfig and the fixed answers), `dispatch` (tuner.matmul/linear; imported only on use, it
+needs torch and Triton). Deployments need neither optuna nor sqlalchemy: the package never
+imports tuner.export or tuner.db (tests/test_architecture.py). Fallback
 constants are read from tuner.runtime.fallback: set them there.
 """
+from tuner.formats.table import TABLE_FORMAT, Measurement
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.fallback import (
     MAX_NEIGHBOUR_OCTAVES,
@@ -55,7 +56,6 @@ from tuner.runtime.lookup import (
     get_tuned_config,
     get_tuned_config_without,
 )
-from tuner.runtime.table import TABLE_FORMAT, Measurement
 
 __all__ = [
     "CUBLAS", "CUBLAS_CONFIG", "DEFAULT_CONFIGS", "ENV_VAR", "LOG_ENV_VAR",

@@ -16,9 +16,9 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from tuner.formats.table import Measurement
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, TunedConfig
 from tuner.runtime.runnable import shape_of
-from tuner.runtime.table import Measurement
 from tuner.space import config_signature
 
 if TYPE_CHECKING:
