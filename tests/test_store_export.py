@@ -275,6 +275,10 @@ def test_device_selection_and_stale_winners(store):
     assert stale == 1 and current[0].device.name == H100.name
     with pytest.raises(ExportError, match="no winners in the database for device 'a100'"):
         select_device(winners, "a100")
+    # `tune export --device` and `tune show --device` mean the same devices, in either case
+    for selector in ("h200", "NVIDIA H200", h200.fingerprint[:6].upper()):
+        assert select_device(winners, selector)[0].fingerprint == h200.fingerprint
+        assert [d.fingerprint for d in store.devices_matching(selector)] == [h200.fingerprint]
 
 
 def test_runtime_imports_neither_optuna_nor_sqlalchemy():
