@@ -351,7 +351,8 @@ def flaggems_options(command):
 @main.group(cls=ExportGroup)
 def export():
     """Write the winners of one device for deployments: per kernel, the buckets of its latest
-    `tune buckets` decision if there is one, else every tuned key."""
+    `tune buckets` decision if there is one, else every tuned key. (`tune export --format X`
+    still runs `tune export X` in this release, deprecated.)"""
 
 
 @export.command("table")
