@@ -1,4 +1,4 @@
-"""`tune export --format expand --time-missing`: the answers a bounded expand file gives tuned
+"""`tune export expand --time-missing`: the answers a bounded expand file gives tuned
 shapes where only the model priced them are timed beside the shapes' winners, and the lists
 narrowed again; from a database the timings are stored for later exports. The loop on a
 scripted timer; the CLI end to end on the CPU through Triton's interpreter."""

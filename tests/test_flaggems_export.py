@@ -24,7 +24,7 @@ from tests.test_store_export import (
 from tuner.cli import main
 from tuner.db.session import session_factory
 from tuner.db.store import Store
-from tuner.execution.backends import DeviceInfo
+from tuner.devices import DeviceInfo
 from tuner.export.cases import Tuned, case_for
 from tuner.export.narrowing import Case, narrow
 from tuner.export.writers import FlagGemsOptions, expand_from_table

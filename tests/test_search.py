@@ -9,9 +9,10 @@ import pytest
 from tests.factories import H100, VARIANTS, told_and_objective
 from tuner.db.session import optuna_storage, session_factory
 from tuner.db.store import Store
-from tuner.execution.measure import TrialResult, meta_gemm
+from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.objective import EAGER, GRAPH, call_ms, eligible
 from tuner.search.study import StudyBudget, StudyRunner
 from tuner.shapes import Shape

@@ -14,7 +14,7 @@ from tuner.bucketing.strategies import bucket_key
 from tuner.cli import main
 from tuner.db.session import DatabaseError, session_factory
 from tuner.db.store import Store
-from tuner.execution.backends import DeviceInfo
+from tuner.devices import DeviceInfo
 from tuner.execution.measure import TrialResult
 from tuner.export import ExportError
 from tuner.export.flaggems_ops import EXPAND_OP_NAMES, NO_EXPAND_OP
@@ -393,7 +393,7 @@ def test_expand_leaves_cublas_out_and_show_marks_it(store, tmp_path, monkeypatch
 
 
 def test_export_merges_a_runtime_online_cache_the_database_wins_its_buckets(store, tmp_path):
-    """`tune export --format table --merge CACHE`: what deployments tuned online
+    """`tune export table --merge CACHE`: what deployments tuned online
     (tuner.runtime.online) flows back into the table for buckets the database lacks."""
     from tuner.runtime import online
 

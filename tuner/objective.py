@@ -15,7 +15,7 @@ keeps the GPU's queue full.
 
 Which measured config wins is decided here once, over measured records of any kind (stored
 trials or TrialResults: a `status` and the two figures), for the study's final re-timing
-(tuner.search.study), the runtime's online tuning (tuner.runtime.online) and the export's
+(tuner.search.study), online tuning (tuner.execution.in_process) and the export's
 choice under the other launch mode (tuner.export.picks): `ranked` and `finalists`.
 """
 from __future__ import annotations

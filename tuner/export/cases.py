@@ -98,7 +98,7 @@ def _feasibility(tuned: Tuned, spec):
     kernel = KERNELS.get(tuned.kernel)
     if kernel is None:
         return lambda config: True
-    from tuner.execution.measure import meta_gemm
+    from tuner.kernels.calls import meta_gemm
 
     gemm = meta_gemm(tuned.shape)
     return lambda config: kernel.feasible(config, gemm, spec.smem_per_block) is None

@@ -4,10 +4,11 @@
 The first key of a bucket that no process has tuned is tuned here, in-process, on this
 process's GPU (Triton's interpreter where TRITON_INTERPRET=1): each candidate (the expand
 product's configs that fit the key, the model's top TUNE_ONLINE_TOP_K of them) is checked
-against the float64 reference and timed with the tuner's own machinery
-(tuner.execution.measure.ShapeBench: the same correctness check and figures as `tune run`),
-the fastest few re-timed side by side, and the winner ranked by the launch mode's figure
-(TUNE_ONLINE_LAUNCH, tuner.objective's default: eager) is written to the cache.
+against the float64 reference and timed with the tuner's own machinery, the fastest few
+re-timed side by side, and the winner ranked by the launch mode's figure (TUNE_ONLINE_LAUNCH,
+tuner.objective's default: eager) is written to the cache. The measuring is reached through
+tuner.execution.in_process alone, imported on first need: the runtime's one door into the
+tuning machinery.
 
 The cache is a table file (tuner.formats.table's format: `tune export table
 --merge` takes it in): TUNE_ONLINE_CACHE, else `<expand file's stem>.online.yaml` beside it.
@@ -51,6 +52,7 @@ from tuner.formats.table import (
     table_entry,
 )
 from tuner.runtime.runnable import shape_of
+from tuner.runtime.source import LOG_ENV_VAR
 
 CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
 TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
@@ -147,17 +149,12 @@ class OnlineCache:
     # -- the environment ------------------------------------------------------------------
     @property
     def backend(self):
-        """Where candidates run: the interpreter under TRITON_INTERPRET=1, else this
-        process's current CUDA device."""
+        """Where candidates run (tuner.execution.in_process.this_process), found on first
+        need."""
         if self._backend is None:
-            from tuner.execution import backends
+            from tuner.execution import in_process
 
-            if os.environ.get("TRITON_INTERPRET") == "1":
-                self._backend = backends.interpreter_backend()
-            else:
-                import torch
-
-                self._backend = backends.gpu_backend(torch.cuda.current_device())
+            self._backend = in_process.this_process()
         return self._backend
 
     def smem_limit(self) -> int:
@@ -218,7 +215,7 @@ class OnlineCache:
         hit = self._cached(op, key, strategy)
         if hit is not None:
             _STATS["cache_answers"] += 1
-            if os.environ.get("TUNE_LOG") == "1":
+            if os.environ.get(LOG_ENV_VAR) == "1":
                 _LOG.info("gemm-tuner: online: %s %s answered from %s, nothing timed", op,
                           _label(key), self.path)
         return hit
@@ -264,7 +261,7 @@ class OnlineCache:
                 _write_merged(self.path, device_block(self.backend.info), launch, op,
                               strategy, self.source_hash(op), entry)
                 self._refresh()
-            if os.environ.get("TUNE_LOG") == "1":
+            if os.environ.get(LOG_ENV_VAR) == "1":
                 _LOG.info("gemm-tuner: online: %s %s timed %d configs in %.1f s -> %s "
                           "(%.4g ms); wrote %s", op, _label(key), timed,
                           time.perf_counter() - start, config, ms, self.path)
@@ -273,32 +270,12 @@ class OnlineCache:
     def _measure(self, op: str, key: Mapping, candidates: list[dict]
                  ) -> tuple[dict, float, int] | None:
         """(winner, its ms per call by the launch figure, configs timed), or None."""
-        from tuner.execution.measure import ShapeBench
-        from tuner.execution.workers import is_sticky_cuda_error
-        from tuner.objective import call_ms, finalists
+        from tuner.execution import in_process
 
-        launch = self.launch()
-        bench = ShapeBench(self.backend, shape_of(key), SEED)
-        measured = []
-        for config in candidates:
-            _STATS["configs_timed"] += 1
-            try:
-                result = bench.run(op, config)
-            except Exception as e:  # noqa: BLE001 - a failing candidate only loses
-                if is_sticky_cuda_error(str(e)):
-                    raise
-                continue
-            measured.append((config, result))
-        config_of = {id(result): config for config, result in measured}
-        chosen = finalists([result for _, result in measured], launch)
-        if not chosen:
-            return None
-        configs = [config_of[id(result)] for result in chosen]
-        if len(chosen) == 1:
-            return configs[0], call_ms(chosen[0], launch), len(candidates)
-        timings = bench.retime(op, configs, launch)
-        best = min(range(len(configs)), key=lambda i: (timings[i].p50_ms, i))
-        return configs[best], timings[best].p50_ms, len(candidates)
+        _STATS["configs_timed"] += len(candidates)
+        won = in_process.fastest(self.backend, op, shape_of(key), candidates, self.launch(),
+                                 SEED)
+        return None if won is None else (*won, len(candidates))
 
 
 def _label(key: Mapping) -> str:

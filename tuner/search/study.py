@@ -31,9 +31,10 @@ from optuna.trial import TrialState
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
 from tuner.db.store import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR, Store, params_key
 from tuner.execution.executor import Executor
-from tuner.execution.measure import TrialResult, meta_gemm
+from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing, is_tie
 from tuner.kernels.base import Kernel, specialization
+from tuner.kernels.calls import meta_gemm
 from tuner.objective import DEFAULT_LAUNCH, EAGER, call_tflops, finalists, ranked
 from tuner.search.samplers import DEFAULT_SAMPLER, make_sampler
 from tuner.shapes import Shape
