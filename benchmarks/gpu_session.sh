@@ -29,8 +29,8 @@ tune_file() {  # shapes file, GPU index
     2>&1 | grep -v '━' | tail -30 >"$out/tune.log"
   python3 -c "import sqlite3; sqlite3.connect('.device/$name.db').execute('PRAGMA wal_checkpoint(TRUNCATE)')"
   cp ".device/$name.db" "$out/tune.db"
-  tune export --format table -o "$out/tuned.yaml" --db "$db" 2>>"$out/tune.log"
-  tune export --format expand -o "$out/mm_hopper_expand.yaml" --db "$db" 2>>"$out/tune.log"
+  tune export table -o "$out/tuned.yaml" --db "$db" 2>>"$out/tune.log"
+  tune export expand -o "$out/mm_hopper_expand.yaml" --db "$db" 2>>"$out/tune.log"
   tune show --db "$db" >"$out/show.txt" 2>&1
   if [[ "${BENCH:-0}" == 1 ]]; then
     python3 benchmarks/vs_cublas.py --shapes "$1" --config "$out/tuned.yaml" \

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuner.runtime.table import TABLE_FORMAT, write_atomic
+from tuner.formats.files import write_atomic
+from tuner.formats.table import TABLE_FORMAT
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where each installed package's source lies (pyproject's package-dir).
@@ -161,7 +162,7 @@ def test_the_graph_finds_a_cycle_it_is_given():
 
 def test_the_import_graph_sees_the_wings_edges():
     graph = import_graph()
-    assert "tuner.runtime.table" in graph["tuner.export"]
+    assert "tuner.formats.table" in graph["tuner.export.writers"]
     assert "tuner.model.named_devices" in graph["tuner.runtime.fallback"]  # inside a function
     assert "tuner.kernels.launches" not in graph["tuner.kernels.base"]  # under TYPE_CHECKING
 
@@ -173,10 +174,9 @@ def test_no_module_imports_itself_back():
 
 # -- which way the wings import -----------------------------------------------------------------
 # What the deployment side (tuner.runtime) never imports, lazily or not: the tuning machinery,
-# the search, the export (the tuner.export package and the export modules at tuner's root) and
-# the database; and the tuning side's libraries.
-TUNING_SIDE = ("tuner.execution", "tuner.search", "tuner.export", "tuner.expand", "tuner.flaggems",
-               "tuner.db")
+# the search, the export (the tuner.export package, and any module beside it named after it)
+# and the database; and the tuning side's libraries. The file formats (tuner.formats) it may.
+TUNING_SIDE = ("tuner.execution", "tuner.search", "tuner.export", "tuner.db")
 TUNING_LIBRARIES = ("optuna", "sqlalchemy", "alembic")
 # Online tuning's one door into the measuring code, imported only when a key is tuned online.
 ONLINE_DOOR = ("tuner.runtime.online", "tuner.execution.in_process")
@@ -184,7 +184,7 @@ ONLINE_DOOR = ("tuner.runtime.online", "tuner.execution.in_process")
 
 def _in(prefixes: tuple[str, ...], module: str) -> bool:
     """Whether the module is one of those named, or inside one, or one of their siblings named
-    after them (tuner.export_flaggems after tuner.export)."""
+    after them (tuner.export_x after tuner.export)."""
     return any(module == p or module.startswith((p + ".", p + "_")) for p in prefixes)
 
 
@@ -302,3 +302,44 @@ def test_no_test_imports_a_benchmark_or_reads_its_files():
         if "benchmarks/" in text or '"benchmarks"' in text:
             offenders.append(f"{path.name}: names a path under benchmarks/")
     assert offenders == []
+
+
+# -- the formats wing: each file format read and written in one place --------------------------
+FORMATS_ALONE = """
+import sys
+for name in ("torch", "triton", "optuna", "sqlalchemy"):
+    sys.modules[name] = None
+import tuner.formats.device, tuner.formats.files, tuner.formats.flaggems, tuner.formats.table
+print(sorted(m for m in sys.modules if m.startswith(("tuner.db", "tuner.export", "tuner.kernels",
+                                                     "tuner.execution", "tuner.search"))))
+"""
+# Literals of the files' schemas that only tuner.formats may type: FlagGems' op and key names,
+# and our table's format tag and structure. Kernels declare their own FlagGems op
+# (Variant.expand_op); the runtime still reads a table op's body itself (tuner.runtime.lookup,
+# tuner.runtime.online), so the table's body keys are checked everywhere else.
+FLAGGEMS_LITERALS = {"mm_general_tma", "mm_splitk", "param_map", "META"}
+TABLE_LITERALS = {TABLE_FORMAT, "kernel_source_hash", "entries", "alternates", "generated_at"}
+
+
+def test_the_formats_wing_needs_no_database_tuning_or_torch():
+    out = subprocess.run([sys.executable, "-c", FORMATS_ALONE], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_module_outside_the_formats_wing_types_a_schema_literal():
+    typed = []
+    for name, path in project_modules().items():
+        if name.startswith("tuner.formats"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        declared = {id(node.value) for node in ast.walk(tree)
+                    if isinstance(node, ast.keyword) and node.arg == "expand_op"}
+        checked = set(FLAGGEMS_LITERALS)
+        if not name.startswith("tuner.runtime"):
+            checked |= TABLE_LITERALS
+        typed += [f"{name}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in checked
+                  and id(node) not in declared]
+    assert typed == []

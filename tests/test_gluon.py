@@ -17,7 +17,7 @@ import torch
 from tests.test_tma_persistent import launch_error
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
 from tuner.execution.measure import random_gemm
-from tuner.export_flaggems import NO_EXPAND_OP
+from tuner.export.flaggems_ops import NO_EXPAND_OP
 from tuner.kernels import KERNELS, gluon_mm, kernel_variants
 from tuner.kernels._launch import INTERPRETED
 from tuner.kernels.calls import meta_gemm

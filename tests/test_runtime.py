@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from tuner import runtime
 from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
 from tuner.fallback_scoring import answers
+from tuner.formats.files import write_atomic
 from tuner.kernels import KERNELS
 from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
 from tuner.runtime import expand, fallback, policy
-from tuner.runtime.table import write_atomic
 from tuner.shapes import LAYOUTS, Shape
 
 # M bucketed to the next power of two, everything else exact.

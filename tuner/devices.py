@@ -1,5 +1,6 @@
-"""The facts of a device that measures: its hardware and software stack (`DeviceInfo`), and
-reading them off this process's GPU or Triton's interpreter.
+"""The facts of a device that measures: its hardware and software stack (`DeviceInfo`),
+reading them off this process's GPU or Triton's interpreter, and which devices a `--device`
+selector names (`device_matches`).
 
 The database keys every result by `DeviceInfo.fingerprint`, the model predicts from it, and
 both the tuning side and the deployment side (online tuning) read it; so it lives here, apart
@@ -68,3 +69,13 @@ def interpreter_info() -> DeviceInfo:
         name="cpu-interpreter", compute_capability="none", sm_count=os.cpu_count() or 1,
         smem_per_block=HOPPER_SMEM_PER_BLOCK, driver="none", cuda="none",
         torch_version=torch.__version__, triton_version=triton.__version__)
+
+
+def device_matches(name: str, fingerprint: str, selector: str | None) -> bool:
+    """Whether a `--device` selector names this device: part of its name or a prefix of its
+    fingerprint, either case; no selector names every device. Every command that takes
+    --device asks this, so they agree on which devices a selector means."""
+    if selector is None:
+        return True
+    s = selector.lower()
+    return s in name.lower() or fingerprint.lower().startswith(s)

@@ -90,8 +90,8 @@ def validate_table(db, table_path: str | Path, shapes_path: str | Path, trials: 
 
     workers: a tuner.tuning.Workers whose check() gave `devices` before triton was imported.
     """
-    from tuner.export import current_only
-    from tuner.runtime.table import write_text_atomic
+    from tuner.export.picks import current_only
+    from tuner.formats.files import write_text_atomic
     from tuner.search.planning import plan_studies
     from tuner.search.study import StudyBudget
     from tuner.tuning import load_spaces, tune_plans

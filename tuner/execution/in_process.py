@@ -15,11 +15,8 @@ import os
 from tuner.execution.backends import Backend, gpu_backend, interpreter_backend
 from tuner.execution.measure import ShapeBench
 from tuner.execution.workers import is_sticky_cuda_error
-from tuner.objective import call_ms, eligible
+from tuner.objective import call_ms, finalists
 from tuner.shapes import Shape
-
-# How many of the fastest candidates are re-timed side by side before the winner is chosen.
-RETIMED = 3
 
 
 def this_process() -> Backend:
@@ -38,8 +35,9 @@ def fastest(backend: Backend, op: str, shape: Shape, candidates: list[dict], lau
     the launch mode's figure (tuner.objective); None where none does.
 
     Each candidate is checked against the float64 reference and timed; a candidate that
-    raises only loses (a sticky CUDA error is re-raised: the context is gone). The fastest
-    RETIMED eligible ones are re-timed side by side, so that their order carries no drift.
+    raises only loses (a sticky CUDA error is re-raised: the context is gone). The finalists
+    by the one winner rule (tuner.objective.finalists) are re-timed side by side, so that
+    their order carries no drift.
     """
     bench = ShapeBench(backend, shape, seed)
     measured = []
@@ -50,16 +48,14 @@ def fastest(backend: Backend, op: str, shape: Shape, candidates: list[dict], lau
             if is_sticky_cuda_error(str(e)):
                 raise
             continue
-        if result.status == "ok" and call_ms(result, launch) is not None:
-            measured.append((config, result))
-    if not measured:
+        measured.append((config, result))
+    config_of = {id(result): config for config, result in measured}
+    chosen = finalists([result for _, result in measured], launch)
+    if not chosen:
         return None
-    chosen = eligible([result for _, result in measured], launch)
-    finalists = sorted((pair for pair in measured if pair[1] in chosen),
-                       key=lambda pair: call_ms(pair[1], launch))[:RETIMED]
-    configs = [config for config, _ in finalists]
-    if len(finalists) == 1:
-        return configs[0], call_ms(finalists[0][1], launch)
+    configs = [config_of[id(result)] for result in chosen]
+    if len(chosen) == 1:
+        return configs[0], call_ms(chosen[0], launch)
     timings = bench.retime(op, configs, launch)
     best = min(range(len(configs)), key=lambda i: (timings[i].p50_ms, i))
     return configs[best], timings[best].p50_ms

@@ -17,16 +17,17 @@ gets one config of its op's product of value lists, the model's pick (`expand-mo
 with TUNE_ONLINE=1, the winner of timing the candidates once, remembered in a cache table
 that processes share (`expand-online`; tuner.runtime.expand and tuner.runtime.online).
 
-The modules: `table` (the file format, read and written), `source` (the contract of a loaded
-file), `lookup` (loading, the memo, our table), `policy` (the fallback's steps, in order),
-`fallback` (its model-driven parts), `expand` and `online` (expand files and their online
-cache), `runnable` (whether a config can run a key), `answer` (TunedConfig and the fixed
-answers), `dispatch` (tuner.matmul/linear; imported only on use, it needs torch and Triton).
-Deployments need neither optuna nor sqlalchemy: the package imports none of the tuning side
-(tuner.execution, tuner.search, the export, tuner.db) but online tuning's one door,
+The files' formats are tuner.formats' (`table`, `flaggems`). The modules: `source` (the
+contract of a loaded file), `lookup` (loading, the memo, our table), `policy` (the fallback's
+steps, in order), `fallback` (its model-driven parts), `expand` and `online` (expand files and
+their online cache), `runnable` (whether a config can run a key), `answer` (TunedConfig and the
+fixed answers), `dispatch` (tuner.matmul/linear; imported only on use, it needs torch and
+Triton). Deployments need neither optuna nor sqlalchemy: the package imports none of the tuning
+side (tuner.execution, tuner.search, tuner.export, tuner.db) but online tuning's one door,
 tuner.execution.in_process, opened on first need (tests/test_architecture.py). Fallback
 constants are read from tuner.runtime.fallback: set them there.
 """
+from tuner.formats.table import TABLE_FORMAT, Measurement
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.fallback import (
     MAX_NEIGHBOUR_OCTAVES,
@@ -43,7 +44,6 @@ from tuner.runtime.lookup import (
     get_tuned_config_without,
 )
 from tuner.runtime.source import LOG_ENV_VAR, TableSource
-from tuner.runtime.table import TABLE_FORMAT, Measurement
 
 __all__ = [
     "CUBLAS", "CUBLAS_CONFIG", "DEFAULT_CONFIGS", "ENV_VAR", "LOG_ENV_VAR",

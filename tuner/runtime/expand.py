@@ -1,4 +1,4 @@
-"""Answering keys from a FlagGems expand file (tuner.export_flaggems' `expand` format)
+"""Answering keys from a FlagGems expand file (tuner.formats.flaggems; `tune export expand`)
 instead of our table: every bucketed key gets one config of its op's Cartesian product of
 value lists.
 
@@ -31,12 +31,20 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, BucketingError, bucket_key
+from tuner.formats.device import header_device
+from tuner.formats.flaggems import (
+    GEMV_OP,
+    MM_OP,
+    REFERENCE_MATMUL,
+    SPLITK_OP,
+    op_bodies,
+    read_op,
+)
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.policy import CUBLAS_STEP, DEFAULT_STEP, Policy, Question, Step
 from tuner.runtime.runnable import shape_of
@@ -48,30 +56,10 @@ MODEL, ONLINE = "expand-model", "expand-online"
 # Per our op: the FlagGems ops whose products answer it, each with the variants its configs
 # run as (the first that can run the key). The first op present gives the bucketing.
 SOURCES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    "mm": (("mm_general_tma", ("tma", "general")), ("matmul", ("tma", "general")),
-           ("mm_splitk", ("splitk",))),
-    "gemv": (("gemv", ("gemv",)),),
+    "mm": ((MM_OP, ("tma", "general")), (REFERENCE_MATMUL, ("tma", "general")),
+           (SPLITK_OP, ("splitk",))),
+    "gemv": ((GEMV_OP, ("gemv",)),),
 }
-# FlagGems' strategy for a key field the file's strategy leaves out.
-DEFAULT_FIELD_STRATEGY = {**dict.fromkeys(KEY_FIELDS, "align32"), "dtype": "default"}
-_LAUNCH_OPTIONS = ("num_stages", "num_warps")
-_DEVICE_COMMENT = re.compile(r"^#\s*device\s*[:=]\s*(?P<name>[^;,(\n]*[^;,(\s])", re.I | re.M)
-
-
-def is_expand_document(doc: object) -> bool:
-    """Whether a YAML document is an expand file: op names mapping to lists that hold a dict
-    with a `param_map` (and no table `format`)."""
-    if not isinstance(doc, dict) or "format" in doc or not doc:
-        return False
-    return any(isinstance(body, list) and any(isinstance(part, dict) and "param_map" in part
-                                              for part in body)
-               for body in doc.values())
-
-
-def header_device(text: str) -> str | None:
-    """The device a `# device: NAME` comment line of the file names, or None."""
-    match = _DEVICE_COMMENT.search(text)
-    return match["name"].strip() if match else None
 
 
 class ExpandOp:
@@ -79,21 +67,10 @@ class ExpandOp:
     bucketing strategy (every KEY_FIELDS field)."""
 
     def __init__(self, name: str, body: list):
-        gen = next((p for p in body if isinstance(p, dict) and "param_map" in p), None)
-        strategy = next((p["strategy"] for p in body if isinstance(p, dict)
-                         and isinstance(p.get("strategy"), dict)), {})
-        if gen is None:
-            raise ValueError(f"{name}: no element with a param_map")
-        param_map = gen["param_map"] or {}
-        names = {**(param_map.get("META") or {}),
-                 **{p: param_map[p] for p in _LAUNCH_OPTIONS if p in param_map}}
+        lists = read_op(name, body)
         self.name = name
-        self.values: dict[str, list] = {}
-        for ours, list_name in names.items():
-            values = gen.get(list_name)
-            if values is not None:
-                self.values[ours] = list(values) if isinstance(values, list) else [values]
-        self.strategy = {f: str(strategy.get(f, DEFAULT_FIELD_STRATEGY[f])) for f in KEY_FIELDS}
+        self.values: dict[str, list] = dict(lists.lists)
+        self.strategy: dict[str, str] = dict(lists.strategy)
 
     def product(self, variant: str, params: tuple[str, ...], defaults: Mapping) -> list[dict]:
         """The configs of the product of the lists for a variant with these parameters (a
@@ -181,21 +158,19 @@ class ExpandTable(TableSource):
         # Per (op, bucket, excluded variants): the answer of the bucket's first key.
         self.by_bucket: dict[tuple, TunedConfig] = {}
         self.expand_ops: dict[str, ExpandOp] = {}
-        for name, body in doc.items():
-            if isinstance(body, list) and any(isinstance(p, dict) and "param_map" in p
-                                              for p in body):
-                try:
-                    self.expand_ops[name] = ExpandOp(name, body)
-                except (ValueError, TypeError, AttributeError) as e:
-                    raise ValueError(f"gemm-tuner expand file {path}: {e}") from None
+        for name, body in op_bodies(doc).items():
+            try:
+                self.expand_ops[name] = ExpandOp(name, body)
+            except (ValueError, TypeError, AttributeError) as e:
+                raise ValueError(f"gemm-tuner expand file {path}: {e}") from None
         # Per our op: [(expand op, its variants)], the first giving the strategy.
         self.sources: dict[str, list[tuple[ExpandOp, tuple[str, ...]]]] = {}
         for op, sources in SOURCES.items():
             present = [(self.expand_ops[name], variants) for name, variants in sources
                        if name in self.expand_ops]
             if op == "mm":  # mm_general_tma and matmul are one path for two consumers
-                general = [s for s in present if s[0].name != "mm_splitk"][:1]
-                present = general + [s for s in present if s[0].name == "mm_splitk"]
+                general = [s for s in present if s[0].name != SPLITK_OP][:1]
+                present = general + [s for s in present if s[0].name == SPLITK_OP]
             if present:
                 self.sources[op] = present
         try:

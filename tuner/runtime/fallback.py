@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from tuner.formats.table import Measurement
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, TunedConfig
 from tuner.runtime.runnable import shape_of
-from tuner.runtime.table import Measurement
 from tuner.space import config_signature
 
 if TYPE_CHECKING:

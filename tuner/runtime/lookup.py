@@ -15,17 +15,17 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, BucketingError, bucket_key
-from tuner.runtime import fallback
-from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
-from tuner.runtime.policy import TABLE_POLICY, Question
-from tuner.runtime.source import TableSource
-from tuner.runtime.table import (
+from tuner.formats.table import (
     Measurement,
     TableError,
     is_table_document,
     read_document,
     read_table,
 )
+from tuner.runtime import fallback
+from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
+from tuner.runtime.policy import TABLE_POLICY, Question
+from tuner.runtime.source import TableSource
 
 ENV_VAR = "TUNE_CONFIG"
 
@@ -143,9 +143,10 @@ def open_table(path: Path | None) -> TunedTable:
         return TunedTable(None)
     doc, text = read_document(path)
     if not is_table_document(doc):
+        from tuner.formats.flaggems import is_expand_document
         from tuner.runtime import expand
 
-        if expand.is_expand_document(doc):
+        if is_expand_document(doc):
             return expand.ExpandTable(path, doc, text)
     return TunedTable(path, doc)
 

@@ -10,7 +10,7 @@ tuner.objective's default: eager) is written to the cache. The measuring is reac
 tuner.execution.in_process alone, imported on first need: the runtime's one door into the
 tuning machinery.
 
-The cache is a table file (tuner.runtime.table's format: `tune export --format table
+The cache is a table file (tuner.formats.table's format: `tune export table
 --merge` takes it in): TUNE_ONLINE_CACHE, else `<expand file's stem>.online.yaml` beside it.
 Processes share it safely:
 
@@ -40,15 +40,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
-from tuner.runtime.runnable import shape_of
-from tuner.runtime.source import LOG_ENV_VAR
-from tuner.runtime.table import (
+from tuner.formats.device import device_block
+from tuner.formats.files import write_atomic
+from tuner.formats.table import (
     TABLE_FORMAT,
+    document_device,
     is_table_document,
+    merge_entry,
     read_document,
     table_document,
-    write_atomic,
+    table_entry,
 )
+from tuner.runtime.runnable import shape_of
+from tuner.runtime.source import LOG_ENV_VAR
 
 CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
 TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
@@ -110,23 +114,6 @@ def read_cache(path: str | os.PathLike) -> dict | None:
         return None
     if not is_table_document(doc):
         raise ValueError(f"gemm-tuner online cache {path}: not a '{TABLE_FORMAT}' file")
-    return doc
-
-
-def merge_entry(doc: dict, op: str, strategy: Mapping[str, str], kernel_source_hash: str,
-                entry: dict) -> dict:
-    """`doc` (a table document) with `entry` as its op's entry of the entry's bucket (any
-    entry of that bucket replaced); an op of other kernel source starts afresh."""
-    ops = doc.setdefault("ops", {})
-    body = ops.get(op)
-    if body is None or body.get("kernel_source_hash") != kernel_source_hash:
-        body = ops[op] = {"kernel_source_hash": kernel_source_hash,
-                          "strategy": dict(strategy), "entries": []}
-    strategy = body["strategy"]
-    bucket = bucket_key(entry["key"], strategy)
-    body["entries"] = [e for e in body["entries"] if bucket_key(e["key"], strategy) != bucket]
-    body["entries"].append(entry)
-    body["entries"].sort(key=lambda e: tuple(e["key"].values()))
     return doc
 
 
@@ -212,7 +199,7 @@ class OnlineCache:
         """Whether the file's entries were measured on this device (a new file is)."""
         if self._doc is None:
             return True
-        name = (self._doc.get("device") or {}).get("name")
+        name = document_device(self._doc).get("name")
         if name is None or name == self.device_name():
             return True
         if not self._refused_device:
@@ -265,13 +252,13 @@ class OnlineCache:
             config, ms, timed = won
             launch = self.launch()
             bucket = bucket_key(key, strategy)
-            entry = {"key": dict(zip(KEY_FIELDS, bucket)), "config": config,
-                     "source": "online", "tuned_shape": str(shape_of(key)), "ms": float(ms),
-                     "launch": launch, "configs_timed": timed,
-                     "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            entry = table_entry(dict(zip(KEY_FIELDS, bucket)), config, {
+                "source": "online", "tuned_shape": str(shape_of(key)), "ms": float(ms),
+                "launch": launch, "configs_timed": timed,
+                "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
             _STATS["buckets_tuned"] += 1
             if self._usable():
-                _write_merged(self.path, _device_block(self.backend.info), launch, op,
+                _write_merged(self.path, device_block(self.backend.info), launch, op,
                               strategy, self.source_hash(op), entry)
                 self._refresh()
             if os.environ.get(LOG_ENV_VAR) == "1":
@@ -289,12 +276,6 @@ class OnlineCache:
         won = in_process.fastest(self.backend, op, shape_of(key), candidates, self.launch(),
                                  SEED)
         return None if won is None else (*won, len(candidates))
-
-
-def _device_block(info) -> dict:
-    return {"name": str(info.name), "compute_capability": str(info.compute_capability),
-            "sm_count": int(info.sm_count), "driver": str(info.driver), "cuda": str(info.cuda),
-            "torch": str(info.torch_version), "triton": str(info.triton_version)}
 
 
 def _label(key: Mapping) -> str:
