@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.factories import H100, VARIANTS, told_and_objective
-from tuner.db.session import optuna_storage, session_factory
+from tuner.db.optuna_storage import optuna_storage
+from tuner.db.session import session_factory
 from tuner.db.store import Store
 from tuner.execution.measure import TrialResult, meta_gemm
 from tuner.execution.timing import Timing

@@ -1,20 +1,17 @@
 """The `tune run` job: plans spread over the devices, each key claimed, searched, and won.
 
 One thread per device worker takes planned keys from a shared queue. A key is claimed in the
-database first, so that several `tune run` processes, on one host or many, given the same
-database, tune each key once; a heartbeat keeps the claims of a live process, and a dead
-process's claims lapse after the lease.
+database first (tuner.db.claims), so that several `tune run` processes, on one host or many,
+given the same database, tune each key once.
 """
 from __future__ import annotations
 
-import os
 import queue
-import socket
 import threading
-import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tuner.db.claims import ClaimKeeper
 from tuner.db.store import Store
 from tuner.execution.executor import Executor
 from tuner.execution.measure import TrialResult
@@ -32,8 +29,6 @@ from tuner.search.warmstart import (
 )
 from tuner.space import SearchSpace
 
-CLAIM_LEASE_S = 300.0
-
 
 class Reporter(Protocol):
     """What the job tells its user while it works (the CLI draws progress bars from it)."""
@@ -49,63 +44,6 @@ class RunSummary:
     skipped: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # being tuned by another process
     failed: list[str] = field(default_factory=list)
-
-
-def _dead_local_owner(owner: str) -> bool:
-    """Whether a claim's owner ran on this host and its process is gone (kill -9, crash):
-    then its claims need not wait out the lease."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
-
-
-class ClaimKeeper:
-    """Holds this process's claims and refreshes their heartbeat from a background thread."""
-
-    def __init__(self, store: Store, lease_s: float):
-        self.store, self.lease_s = store, lease_s
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.held: set[str] = set()
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True, name="claim-heartbeat")
-        self.thread.start()
-
-    def _beat(self) -> None:
-        while not self.stopped.wait(self.lease_s / 4):
-            with self.lock:
-                keys = list(self.held)
-            if keys:
-                self.store.heartbeat(keys, self.owner)
-
-    def claim(self, key: str) -> bool:
-        with self.lock:
-            taken = self.store.claim(key, self.owner, self.lease_s)
-            if not taken:
-                holder = self.store.claim_owner(key)
-                taken = bool(holder and _dead_local_owner(holder)
-                             and self.store.take_over(key, holder, self.owner))
-            if taken:
-                self.held.add(key)
-            return taken
-
-    def release(self, key: str) -> None:
-        with self.lock:
-            self.held.discard(key)
-            self.store.release(key, self.owner)
-
-    def close(self) -> None:
-        self.stopped.set()
-        for key in list(self.held):
-            self.release(key)
 
 
 class TuneJob:
@@ -125,7 +63,7 @@ class TuneJob:
         self.kernel_rows = {n: self.store.kernel(n, KERNELS[n].source_hash) for n in self.spaces}
         self.space_rows = {n: self.store.space(space) for n, space in self.spaces.items()}
         self.run_row = self.store.start_run(self.device, self.executor.options.backend, command)
-        self.claims = ClaimKeeper(self.store, CLAIM_LEASE_S)
+        self.claims = ClaimKeeper(self.store)
         # The model's warm-start picks, ranked when a study starts (seconds each) and kept:
         # finished keys never ask, so a resume costs what its new studies cost.
         self.ranking = ModelRanking(self.spec, self.smem_limit)

@@ -29,7 +29,8 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
-from tuner.db.store import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR, Store, params_key
+from tuner.db.optuna_storage import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR
+from tuner.db.store import Store, params_key
 from tuner.execution.executor import Executor
 from tuner.execution.measure import TrialResult, meta_gemm
 from tuner.execution.timing import Timing, is_tie
