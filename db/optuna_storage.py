@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, event, inspect, text
 
 from tuner.db.liveness import TRIAL_LEASE, Heartbeat, Owner
 from tuner.db.session import SQLITE_BUSY_TIMEOUT_MS, schema_lock
+from tuner.statuses import StudyStatus
 
 # The system attribute naming the process ("host:pid") that holds a RUNNING Optuna trial.
 OWNER_ATTR = "tuner:owner"
@@ -165,7 +166,7 @@ def settle_dead_trials(storage, store) -> int:
     for trial_id, study_id, state in left:
         if statuses.get(ours.get(study_id)) is None:
             continue  # not a study of ours
-        is_open = statuses[ours[study_id]] == "running"
+        is_open = statuses[ours[study_id]] == StudyStatus.RUNNING
         if state == "WAITING":
             if not is_open and fail(trial_id):
                 failed += 1
@@ -187,7 +188,7 @@ def settle_dead_trials(storage, store) -> int:
         with warnings.catch_warnings():  # "experimental" since Optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
-        is_open = statuses[ours[study_id]] == "running"
+        is_open = statuses[ours[study_id]] == StudyStatus.RUNNING
         for trial in running:
             if storage.get_trial(trial._trial_id).state == TrialState.FAIL:
                 failed += 1

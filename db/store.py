@@ -31,6 +31,7 @@ from tuner.db.models import (
 from tuner.devices import DeviceInfo
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
+from tuner.statuses import RunStatus, StudyStatus, TrialStatus
 
 
 def params_key(params: dict) -> str:
@@ -100,23 +101,24 @@ class Store:
         host = Owner.this_process().host
         with self.sessions() as s:
             candidates = s.execute(select(Run.id, Run.pid).where(
-                Run.status == "running", Run.hostname == host, Run.pid.is_not(None))).all()
+                Run.status == RunStatus.RUNNING, Run.hostname == host, Run.pid.is_not(None))).all()
             dead = [run_id for run_id, pid in candidates if Owner(host, pid).gone]
             for run_id in dead:
                 last_trial = select(func.max(Trial.created_at)).where(Trial.run_id == run_id)
-                s.execute(update(Run).where(Run.id == run_id, Run.status == "running").values(
-                    status="interrupted",
+                s.execute(update(Run).where(Run.id == run_id,
+                                            Run.status == RunStatus.RUNNING).values(
+                    status=RunStatus.INTERRUPTED,
                     finished_at=func.coalesce(last_trial.scalar_subquery(), Run.started_at)))
             s.commit()
         return dead
 
-    def study_statuses(self, study_ids) -> dict[int, str]:
+    def study_statuses(self, study_ids) -> dict[int, StudyStatus]:
         """The status of each of these studies that exists."""
         with self.sessions() as s:
             return dict(s.execute(select(Study.id, Study.status)
                                   .where(Study.id.in_(list(study_ids)))).all())
 
-    def finish_run(self, run: Run, status: str) -> None:
+    def finish_run(self, run: Run, status: RunStatus) -> None:
         with self.sessions() as s:
             row = s.get(Run, run.id)
             row.status, row.finished_at = status, utcnow()
@@ -131,7 +133,7 @@ class Store:
     def finished_study(self, device, kernel, space, key: dict) -> Study | None:
         with self.sessions() as s:
             return s.scalars(self._studies(device, kernel, space, key)
-                             .filter_by(status="done")).first()
+                             .filter_by(status=StudyStatus.DONE)).first()
 
     def open_study(self, device, kernel, space, key: dict, shape: Shape, seed: int,
                    retune: bool, launch: str) -> Study:
@@ -143,7 +145,7 @@ class Store:
         with self.sessions() as s:
             study = None if retune else s.scalars(
                 self._studies(device, kernel, space, key)
-                .filter_by(status="running", launch=launch)
+                .filter_by(status=StudyStatus.RUNNING, launch=launch)
                 .options(selectinload(Study.trials))).first()
             if study is None:
                 study = Study(device_id=device.id, kernel_id=kernel.id, space_id=space.id,
@@ -174,7 +176,7 @@ class Store:
         """
         with self.sessions() as s:
             row = s.get(Study, study.id)
-            row.status = "done" if best else "failed"
+            row.status = StudyStatus.DONE if best else StudyStatus.FAILED
             row.reason, row.baseline_ms, row.finished_at = reason, baseline_ms, utcnow()
             if final is not None:
                 row.final_p20_ms, row.final_p50_ms, row.final_p80_ms = (
@@ -199,7 +201,7 @@ class Store:
                 device_id=device.id, kernel_id=kernel.id, specialization=specialization)))
 
     def remember_failure(self, device: Device, kernel: KernelVersion, specialization: str,
-                         params: dict, status: str, reason: str | None) -> None:
+                         params: dict, status: TrialStatus, reason: str | None) -> None:
         with self.sessions() as s:
             s.add(Failure(device_id=device.id, kernel_id=kernel.id,
                           specialization=specialization, params_key=params_key(params),
@@ -288,7 +290,7 @@ class Store:
 
     def finished_studies(self, device_id: int) -> list[Study]:
         """A device's finished studies, oldest first, with their trials, kernel and space."""
-        query = (select(Study).filter_by(device_id=device_id, status="done")
+        query = (select(Study).filter_by(device_id=device_id, status=StudyStatus.DONE)
                  .options(selectinload(Study.trials), selectinload(Study.kernel),
                           selectinload(Study.space)).order_by(Study.id))
         with self.sessions() as s:
@@ -297,7 +299,7 @@ class Store:
     def shape_study(self, device: Device, kernel: KernelVersion, shape: Shape) -> Study | None:
         """The latest finished study that timed exactly this shape, with its trials."""
         query = (select(Study).filter_by(device_id=device.id, kernel_id=kernel.id,
-                                         status="done", **_shape_columns(shape))
+                                         status=StudyStatus.DONE, **_shape_columns(shape))
                  .options(selectinload(Study.trials)).order_by(Study.id.desc()))
         with self.sessions() as s:
             return s.scalars(query).first()
@@ -312,7 +314,7 @@ class Store:
             return {row.params_key: row for row in s.scalars(query)}
 
     def save_cross_timing(self, device: Device, kernel: KernelVersion, shape: Shape,
-                          params: dict, status: str, reason: str | None,
+                          params: dict, status: TrialStatus, reason: str | None,
                           p50_ms: float | None, timing_method: str | None) -> None:
         """Insert or replace one config's timing on one shape (committed at once)."""
         unique = dict(device_id=device.id, kernel_id=kernel.id, **_shape_columns(shape),

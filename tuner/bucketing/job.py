@@ -28,6 +28,7 @@ from tuner.db.store import Store, params_key
 from tuner.errors import UserError
 from tuner.kernels import kernel_for
 from tuner.shapes import Shape, load_shapes
+from tuner.statuses import TrialStatus
 
 
 class SharingError(UserError, RuntimeError):
@@ -86,7 +87,7 @@ def gather_times(store: Store, device: Device, kernel_row: KernelVersion,
             stored = store.cross_timings(device, kernel_row, shape)
         for config in configs:
             row = stored[params_key(config)]
-            times[shape, signature(config)] = row.p50_ms if row.status == "ok" else None
+            times[shape, signature(config)] = row.p50_ms if row.status == TrialStatus.OK else None
         on_shape(shape)
     return times
 

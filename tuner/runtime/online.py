@@ -47,6 +47,7 @@ from tuner.runtime.table import (
     table_document,
     write_atomic,
 )
+from tuner.statuses import TrialStatus
 
 CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
 TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
@@ -298,7 +299,7 @@ class OnlineCache:
                 if is_sticky_cuda_error(str(e)):
                     raise
                 continue
-            if result.status == "ok" and call_ms(result, launch) is not None:
+            if result.status == TrialStatus.OK and call_ms(result, launch) is not None:
                 measured.append((config, result))
         if not measured:
             return None

@@ -28,6 +28,7 @@ from tuner.search.warmstart import (
     nearest_winner_configs,
 )
 from tuner.space import SearchSpace
+from tuner.statuses import RunStatus
 
 
 class Reporter(Protocol):
@@ -73,7 +74,7 @@ class TuneJob:
         threads = [threading.Thread(target=self._device_loop, args=(slot, todo), daemon=True,
                                     name=f"device-slot-{slot}")
                    for slot in range(self.executor.slots)]
-        status = "failed"
+        status = RunStatus.FAILED
         try:
             for t in threads:
                 t.start()
@@ -82,9 +83,9 @@ class TuneJob:
                     t.join(timeout=0.5)  # short waits keep Ctrl-C deliverable
             if self.error is not None:
                 raise self.error
-            status = "interrupted" if self.stop.is_set() else "finished"
+            status = RunStatus.INTERRUPTED if self.stop.is_set() else RunStatus.FINISHED
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
             self.stop.set()
             raise
         finally:

@@ -39,11 +39,10 @@ from tuner.objective import DEFAULT_LAUNCH, EAGER, GRAPH, call_ms, call_tflops, 
 from tuner.search.samplers import DEFAULT_SAMPLER, make_sampler
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
+from tuner.statuses import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# Statuses that say a config cannot work for a specialization: remembered, skipped next time.
-REMEMBERED = ("compile_error", "timeout", "crashed", "wrong")
 RETIMED_TOP = 3
 # Eager calls within this fraction of the fastest are one call time: a host-bound call's loop
 # time is the host's, and host time per call swings by this much and more between loops of the
@@ -130,12 +129,12 @@ class StudyRunner:
     @property
     def attempted(self) -> int:
         """Trials that cost a compile or more: what the trial budget counts."""
-        return sum(t.status != "infeasible" for t in self.stored.values())
+        return sum(t.status != TrialStatus.INFEASIBLE for t in self.stored.values())
 
     def objective(self, row: Trial) -> float:
         """What the sampler maximises: TFLOP/s at the launch mode's time per call, 0 for a
         config that cannot run."""
-        if row.status != "ok":
+        if row.status != TrialStatus.OK:
             return CANNOT_RUN_TFLOPS
         return call_tflops(self.shape.flops, row, self.budget.launch)
 
@@ -145,7 +144,7 @@ class StudyRunner:
             return False
         best, since = 0.0, 0
         for trial in sorted(self.stored.values(), key=lambda t: t.number):
-            if trial.status == "infeasible":
+            if trial.status == TrialStatus.INFEASIBLE:
                 continue
             since += 1
             value = self.objective(trial)
@@ -158,7 +157,7 @@ class StudyRunner:
         row = self.store.add_trial(self.record, self.run_row, len(self.stored), params,
                                    **result.as_columns())
         self.stored[config_signature(params)] = row
-        if result.status in REMEMBERED:
+        if result.status.remembered:
             self.store.remember_failure(self.device, self.kernel_row, self.specialization,
                                         params, result.status, result.reason)
         self.on_trial(len(self.stored), result)
@@ -260,7 +259,8 @@ class StudyRunner:
             elif params_key(params) in known_failures:
                 study.tell(trial, CANNOT_RUN_TFLOPS)
             elif reason := self.kernel.feasible(params, self.meta_gemm, self.smem_limit):
-                self._tell(study, trial, self._store(params, TrialResult("infeasible", reason)))
+                infeasible = TrialResult(TrialStatus.INFEASIBLE, reason)
+                self._tell(study, trial, self._store(params, infeasible))
             else:
                 future = self.executor.submit_compile(self.shape, self.kernel.name, params)
                 self.in_flight[future] = _Pending(trial, params, signature)
@@ -310,7 +310,8 @@ class StudyRunner:
         """The measured trials the launch mode may choose among (objective.eligible), fastest
         call first: the study's best so far leads."""
         launch = self.budget.launch
-        return sorted(eligible([t for t in self.stored.values() if t.status == "ok"], launch),
+        return sorted(eligible([t for t in self.stored.values() if t.status == TrialStatus.OK],
+                             launch),
                       key=lambda t: call_ms(t, launch))
 
     def _retimed_candidates(self) -> list[Trial]:
