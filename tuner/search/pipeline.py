@@ -19,8 +19,9 @@ from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
 from tuner.model.predict import device_spec
 from tuner.objective import call_ms
+from tuner.search.budget import StudyBudget
 from tuner.search.planning import KeyPlan
-from tuner.search.study import StudyBudget, StudyRunner
+from tuner.search.study import DeviceSlot, StudyRecords, StudyRunner
 from tuner.search.warmstart import (
     ModelRanking,
     library_configs,
@@ -31,7 +32,7 @@ from tuner.space import SearchSpace
 from tuner.statuses import RunStatus
 
 
-class Reporter(Protocol):
+class ProgressReporter(Protocol):
     """What the job tells its user while it works (the CLI draws progress bars from it)."""
 
     def key_started(self, plan: KeyPlan, trials: int) -> None: ...
@@ -49,7 +50,7 @@ class RunSummary:
 
 class TuneJob:
     def __init__(self, store: Store, storage, executor: Executor, spaces: dict[str, SearchSpace],
-                 budget: StudyBudget, retune: bool, reporter: Reporter):
+                 budget: StudyBudget, retune: bool, reporter: ProgressReporter):
         self.store, self.storage, self.executor = store, storage, executor
         self.spaces, self.budget, self.retune, self.reporter = spaces, budget, retune, reporter
         self.summary = RunSummary()
@@ -157,12 +158,13 @@ class TuneJob:
                                            self.budget.launch)
             space = self.spaces[plan.kernel]
             runner = StudyRunner(
-                self.store, self.storage, self.executor, self.run_row, self.device,
-                kernel_row, record, KERNELS[plan.kernel], space, plan.shape,
-                budget=self.budget, slot=slot, smem_limit=self.smem_limit,
+                StudyRecords(self.store, self.storage, self.run_row, self.device, kernel_row,
+                             record),
+                DeviceSlot(self.executor, slot, self.smem_limit),
+                KERNELS[plan.kernel], space, plan.shape, self.budget,
+                warm_start=self._warm_start(plan, kernel_row, record),
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
-                keep_going=lambda: not self.stop.is_set(),
-                warm_start=self._warm_start(plan, kernel_row, record))
+                keep_going=lambda: not self.stop.is_set())
             self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible
             outcome = runner.run()
             if self.stop.is_set():
