@@ -30,9 +30,10 @@ from datetime import datetime, timezone
 import torch
 import triton
 
-from tuner.execution.measure import meta_gemm, random_gemm
+from tuner.execution.measure import random_gemm
 from tuner.execution.workers import TaskFailed, Worker, WorkerLost
 from tuner.kernels import KERNELS, kernel_variants, launches
+from tuner.kernels.calls import meta_gemm
 from tuner.shapes import Shape
 from tuner.space import builtin_spaces
 

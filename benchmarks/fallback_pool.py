@@ -10,8 +10,8 @@
     # against cuBLAS and against the best config of its pool
     python benchmarks/fallback_pool.py report fallback_pool.json --table tuned.yaml
 
-This is the measurement behind the fallback's rules (tuner.runtime.fallback and
-TunedTable._from_neighbours): which of cuBLAS and the neighbours' tiles answers, the margin
+This is the measurement behind the fallback's rules (tuner.runtime.fallback and the `nearest`
+step of tuner.runtime.policy): which of cuBLAS and the neighbours' tiles answers, the margin
 the model must predict, and which tiles are too tall for a call. `report` asks the runtime
 itself, so a change to those rules is scored on the same timings without the GPU; an answer
 outside the timed pool is reported as untimed. Shapes the table has an entry of, and M = 1
@@ -23,12 +23,12 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.fallback_scoring import answers
 from tuner.shapes import Shape, load_shapes
 from tuner.space import config_signature
-from tuner.validate import RuntimePick, runtime_pick
+from tuner.validate import runtime_pick
 
 
 def _questions(table, shapes: list[Shape]) -> list[tuple[Shape, str, list, list]]:
@@ -92,42 +92,6 @@ def measure(args) -> None:
             print(f"timed {shape}: {len(configs)} configs", file=sys.stderr)
     finally:
         executor.close()
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The runtime's answer to one timed shape: its pick, the pick's timing in the pool (None:
-    outside it), cuBLAS's, the pool's fastest on device, and the closest neighbour's config."""
-    shape: str
-    pick: RuntimePick
-    timed: dict | None
-    cublas: dict
-    best: dict
-    closest: dict
-
-    def ratio(self, figure: str, entry: dict | None = None) -> float | None:
-        """cuBLAS's time / the entry's (default: the answer's) by `figure` (device_ms or
-        loop_ms); None for an answer outside the pool."""
-        entry = self.timed if entry is None else entry
-        return None if entry is None else self.cublas[figure] / entry[figure]
-
-
-def answers(data: dict, table: Path) -> list[Answer]:
-    """Ask the runtime (today's code, `table`) for each timed shape of `data` (what measure
-    wrote), and find its answer among the timings."""
-    from tuner.runtime import CUBLAS
-
-    found = []
-    for row in data["rows"]:
-        pool = [entry for entry in row["pool"] if entry["status"] == "ok"]
-        pick = runtime_pick(table, Shape.from_label(row["shape"]))
-        timed = next((entry for entry in pool if config_signature(entry["config"])
-                      == config_signature(pick.config)), None)
-        found.append(Answer(row["shape"], pick, timed,
-                            next(e for e in pool if e["config"]["variant"] == CUBLAS),
-                            min(pool, key=lambda entry: entry["device_ms"]),
-                            row["pool"][0]["config"]))
-    return found
 
 
 def report(args) -> None:

@@ -14,8 +14,8 @@ import timeit
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS
+from tuner.formats.files import write_atomic
 from tuner.runtime import TABLE_FORMAT, get_tuned_config
-from tuner.runtime.table import write_atomic
 
 STRATEGY = dict.fromkeys(KEY_FIELDS, "align32") | {"dtype": "default"}
 CONFIG = {"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,

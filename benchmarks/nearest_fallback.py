@@ -46,7 +46,7 @@ def measure(args) -> None:
     from tuner.db.store import Store
     from tuner.execution.cross_timing import time_side_by_side
     from tuner.execution.executor import Executor, ExecutorOptions
-    from tuner.export import current_only, runner_ups, study_trials
+    from tuner.export.picks import current_only, runner_ups, study_trials
     from tuner.kernels import KERNELS, kernel_for, source_hashes
     from tuner.shapes import load_shapes
 
@@ -89,7 +89,7 @@ def measure(args) -> None:
 def _table(path: Path, rows: dict, device: str, alternates: bool) -> Path:
     """An exact table (one row per listed shape) of the given shapes' winners, and their
     alternates if asked."""
-    from tuner.runtime.table import write_atomic
+    from tuner.formats.files import write_atomic
 
     ops: dict[str, dict] = {}
     for label, row in rows.items():

@@ -64,9 +64,9 @@ def best_triton_call(shape: Shape, check):
     """The runtime's best non-cuBLAS config for the key, as a call on a Gemm that writes its
     output (replayed launches, kernels/launches.py), and that config."""
     from tuner.kernels import kernel_for
+    from tuner.kernels.calls import runnable_config
     from tuner.kernels.launches import prepare
     from tuner.runtime import get_tuned_config_without
-    from tuner.runtime.dispatch import runnable_config
     kernel = kernel_for(shape.M, shape.N)
     answer = get_tuned_config_without(("cublas",), kernel.name, M=shape.M, N=shape.N, K=shape.K,
                                       dtype=shape.dtype, stride_am=check.a.stride(0),

@@ -28,7 +28,7 @@ from tuner.db.models import (
     Winner,
     utcnow,
 )
-from tuner.devices import DeviceInfo
+from tuner.devices import DeviceInfo, device_matches
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 from tuner.statuses import RunStatus, StudyStatus, TrialStatus
@@ -212,13 +212,10 @@ class Store:
                 s.rollback()
 
     def devices_matching(self, selector: str | None) -> list[Device]:
-        """Devices whose name contains the selector or whose fingerprint starts with it."""
+        """The devices the selector names (tuner.devices.device_matches); all, for None."""
         with self.sessions() as s:
             devices = list(s.scalars(select(Device)))
-        if selector is None:
-            return devices
-        return [d for d in devices
-                if selector.lower() in d.name.lower() or d.fingerprint.startswith(selector)]
+        return [d for d in devices if device_matches(d.name, d.fingerprint, selector)]
 
     def failures(self, device_ids: list[int]) -> list[Failure]:
         with self.sessions() as s:

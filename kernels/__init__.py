@@ -47,7 +47,7 @@ def kernel_variants() -> dict[str, dict[str, tuple[str, ...]]]:
 
 def source_hashes() -> dict[str, str]:
     """Per kernel, the hash of its source today: winners measured with other source are
-    stale (tuner.export.current_only), and exports record it."""
+    stale (tuner.export.picks.current_only), and exports record it."""
     return {name: kernel.source_hash for name, kernel in KERNELS.items()}
 
 

@@ -149,7 +149,7 @@ class Variant:
     # Short names of its parameters in config labels ("BLOCK_M": "BM"); a parameter without
     # one is labelled by its own name.
     short_names: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-    # The FlagGems op its configs export under in expand exports (tuner.export_flaggems);
+    # The FlagGems op its configs export under in expand exports (tuner.export.flaggems_ops);
     # None: the kernel's own name for it, "<kernel>_<variant>" (a plugin kernel's variants).
     expand_op: str | None = None
     # What it is, where FlagGems has no op for it (cublas: "a cuBLAS call through torch"):

@@ -3,7 +3,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.db.optuna_storage import tuner_study_id
-from tuner.execution.backends import DeviceInfo
+from tuner.devices import DeviceInfo
 from tuner.kernels import kernel_variants
 from tuner.kernels.base import TILE_PARAMS
 from tuner.objective import call_tflops

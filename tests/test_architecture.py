@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuner.runtime.table import TABLE_FORMAT, write_atomic
+from tuner.formats.files import write_atomic
+from tuner.formats.table import TABLE_FORMAT
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where each installed package's source lies (pyproject's package-dir).
@@ -161,7 +162,7 @@ def test_the_graph_finds_a_cycle_it_is_given():
 
 def test_the_import_graph_sees_the_wings_edges():
     graph = import_graph()
-    assert "tuner.runtime.table" in graph["tuner.export"]
+    assert "tuner.formats.table" in graph["tuner.export.writers"]
     assert "tuner.model.named_devices" in graph["tuner.runtime.fallback"]  # inside a function
     assert "tuner.kernels.launches" not in graph["tuner.kernels.base"]  # under TYPE_CHECKING
 
@@ -171,18 +172,82 @@ def test_no_module_imports_itself_back():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_no_path_leads_from_the_runtime_to_the_export_or_the_database():
-    """Every import the wing may run, lazy ones too, not only those a lookup above took."""
-    graph = import_graph()
-    reached, todo = set(), [m for m in graph if m == "tuner.runtime"
-                            or m.startswith("tuner.runtime.")]
+# -- which way the wings import -----------------------------------------------------------------
+# What the deployment side (tuner.runtime) never imports, lazily or not: the tuning machinery,
+# the search, the export (the tuner.export package, and any module beside it named after it)
+# and the database; and the tuning side's libraries. The file formats (tuner.formats) it may.
+TUNING_SIDE = ("tuner.execution", "tuner.search", "tuner.export", "tuner.db")
+TUNING_LIBRARIES = ("optuna", "sqlalchemy", "alembic")
+# Online tuning's one door into the measuring code, imported only when a key is tuned online.
+ONLINE_DOOR = ("tuner.runtime.online", "tuner.execution.in_process")
+
+
+def _in(prefixes: tuple[str, ...], module: str) -> bool:
+    """Whether the module is one of those named, or inside one, or one of their siblings named
+    after them (tuner.export_x after tuner.export)."""
+    return any(module == p or module.startswith((p + ".", p + "_")) for p in prefixes)
+
+
+def reach(graph: dict[str, set[str]], prefix: str, skip: tuple[str, str] | None = None
+          ) -> dict[str, str]:
+    """Every module the modules under `prefix` import, at any depth (lazy imports too), each
+    with the module that imports it; not following the edge `skip`."""
+    todo = [m for m in graph if _in((prefix,), m)]
+    reached = dict.fromkeys(todo, "")
     while todo:
         module = todo.pop()
-        if module not in reached:
-            reached.add(module)
-            todo.extend(graph[module])
-    assert sorted(m for m in reached if m.startswith("tuner.export") or m == "tuner.db"
-                  or m.startswith("tuner.db.")) == []
+        for target in graph[module]:
+            if (module, target) != skip and target not in reached:
+                reached[target] = module
+                todo.append(target)
+    return reached
+
+
+def libraries(module: str) -> set[str]:
+    """The top-level names of the modules a project module imports (any depth, as _imports)."""
+    tree = ast.parse(project_modules()[module].read_text())
+    names = set()
+    for node in _imports(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_runtime_reaches_neither_the_tuning_machinery_the_export_nor_the_database():
+    """Every import the wing may run, lazy ones too, not only those a lookup above took; all
+    but online tuning's door (the next test)."""
+    reached = reach(import_graph(), "tuner.runtime", skip=ONLINE_DOOR)
+    assert {m: by for m, by in reached.items() if _in(TUNING_SIDE, m)} == {}
+    assert {m: sorted(libraries(m) & set(TUNING_LIBRARIES)) for m in reached
+            if m.startswith("tuner.") and libraries(m) & set(TUNING_LIBRARIES)} == {}
+
+
+def test_online_tuning_opens_its_door_only_on_need():
+    """The runtime's one edge into the tuning machinery is the door, imported inside a
+    function: loading an expand file, or answering from its cache, imports none of it."""
+    tree = ast.parse(project_modules()[ONLINE_DOOR[0]].read_text())
+    at_module_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert not [node for node in at_module_level
+                if (getattr(node, "module", None) or "").startswith("tuner.execution")
+                or any(alias.name.startswith("tuner.execution") for alias in node.names)]
+    assert ONLINE_DOOR[1] in import_graph()[ONLINE_DOOR[0]]
+
+
+def test_the_tuning_machinery_never_imports_the_runtime():
+    """tuner.execution measures what the runtime launches through tuner.kernels.calls, never
+    through the runtime itself: a change to the deployment side cannot break tuning."""
+    reached = reach(import_graph(), "tuner.execution")
+    assert {m: by for m, by in reached.items() if _in(("tuner.runtime",), m)} == {}
+
+
+def test_the_direction_checks_see_a_forbidden_edge():
+    graph = {"tuner.runtime.a": {"tuner.kernels.b"}, "tuner.kernels.b": {"tuner.export_x"},
+             "tuner.export_x": set()}
+    assert reach(graph, "tuner.runtime")["tuner.export_x"] == "tuner.kernels.b"
+    assert _in(TUNING_SIDE, "tuner.export_x") and not _in(TUNING_SIDE, "tuner.exported")
+    assert not _in(TUNING_SIDE, "tuner.runtime.expand")
 
 
 EXPAND_LOOKUP = """
@@ -217,3 +282,64 @@ def test_an_expand_file_lookup_needs_neither_optuna_sqlalchemy_export_nor_db(tmp
                          capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"source": "expand-model", "loaded": []}
+
+
+def test_no_test_imports_a_benchmark_or_reads_its_files():
+    """Benchmarks are GPU scripts and their records, free to change with each measurement: a
+    test imports nothing from them and names no path under them (what it needs lives in the
+    library or under tests/data/). This module names the folder only to forbid it."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path == Path(__file__).resolve():
+            continue
+        text = path.read_text()
+        imported = {alias.name for node in ast.walk(ast.parse(text))
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module or "" for node in ast.walk(ast.parse(text))
+                     if isinstance(node, ast.ImportFrom)}
+        if any(name.split(".")[0] == "benchmarks" for name in imported):
+            offenders.append(f"{path.name}: imports benchmarks")
+        if "benchmarks/" in text or '"benchmarks"' in text:
+            offenders.append(f"{path.name}: names a path under benchmarks/")
+    assert offenders == []
+
+
+# -- the formats wing: each file format read and written in one place --------------------------
+FORMATS_ALONE = """
+import sys
+for name in ("torch", "triton", "optuna", "sqlalchemy"):
+    sys.modules[name] = None
+import tuner.formats.device, tuner.formats.files, tuner.formats.flaggems, tuner.formats.table
+print(sorted(m for m in sys.modules if m.startswith(("tuner.db", "tuner.export", "tuner.kernels",
+                                                     "tuner.execution", "tuner.search"))))
+"""
+# Literals of the files' schemas that only tuner.formats may type: FlagGems' op and key names,
+# and our table's format tag and structure. Kernels declare their own FlagGems op
+# (Variant.expand_op); the runtime still reads a table op's body itself (tuner.runtime.lookup,
+# tuner.runtime.online), so the table's body keys are checked everywhere else.
+FLAGGEMS_LITERALS = {"mm_general_tma", "mm_splitk", "param_map", "META"}
+TABLE_LITERALS = {TABLE_FORMAT, "kernel_source_hash", "entries", "alternates", "generated_at"}
+
+
+def test_the_formats_wing_needs_no_database_tuning_or_torch():
+    out = subprocess.run([sys.executable, "-c", FORMATS_ALONE], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_no_module_outside_the_formats_wing_types_a_schema_literal():
+    typed = []
+    for name, path in project_modules().items():
+        if name.startswith("tuner.formats"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        declared = {id(node.value) for node in ast.walk(tree)
+                    if isinstance(node, ast.keyword) and node.arg == "expand_op"}
+        checked = set(FLAGGEMS_LITERALS)
+        if not name.startswith("tuner.runtime"):
+            checked |= TABLE_LITERALS
+        typed += [f"{name}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in checked
+                  and id(node) not in declared]
+    assert typed == []

@@ -47,8 +47,8 @@ def test_interpret_run_export_show_and_lookup(workdir, monkeypatch):
     assert "tuned 0, already tuned 3" in again.output
 
     table, expand = workdir / "tuned.yaml", workdir / "expand.yaml"
-    assert tune(workdir, "export", "--format", "table", "-o", str(table)).exit_code == 0
-    assert tune(workdir, "export", "--format", "expand", "-o", str(expand)).exit_code == 0
+    assert tune(workdir, "export", "table", "-o", str(table)).exit_code == 0
+    assert tune(workdir, "export", "expand", "-o", str(expand)).exit_code == 0
     doc = yaml.safe_load(table.read_text())
     assert doc["device"]["name"] == "cpu-interpreter"
     assert {op: len(body["entries"]) for op, body in doc["ops"].items()} == {"mm": 2, "gemv": 1}
@@ -111,7 +111,7 @@ def test_the_launch_flag_picks_what_studies_optimise_and_both_figures_are_stored
         told, objective = told_and_objective(db, study, trials, study.launch)
         assert told == pytest.approx(objective) and len(told) >= 3
     table = workdir / "tuned.yaml"
-    assert tune(workdir, "export", "-o", str(table)).exit_code == 0
+    assert tune(workdir, "export", "table", "-o", str(table)).exit_code == 0
     assert yaml.safe_load(table.read_text())["launch"] == "eager"  # the latest run's mode
 
 
@@ -169,11 +169,11 @@ def test_export_with_nothing_tuned(workdir):
     from tuner.db.session import session_factory
     from tuner.db.store import Store
 
-    result = tune(workdir, "export", "-o", str(workdir / "x.yaml"))
+    result = tune(workdir, "export", "table", "-o", str(workdir / "x.yaml"))
     assert result.exit_code == 1 and "no database at" in result.output
     assert not (workdir / "tune.db").exists()  # a read-only command creates none
     Store(session_factory(f"sqlite:///{workdir / 'tune.db'}"))
-    result = tune(workdir, "export", "-o", str(workdir / "x.yaml"))
+    result = tune(workdir, "export", "table", "-o", str(workdir / "x.yaml"))
     assert result.exit_code == 1 and "no winners in the database" in result.output
 
 

@@ -52,7 +52,7 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     assert "0 shapes to time" in again.output
 
     table = tmp_path / "tuned.yaml"
-    tune(tmp_path, "export", "--format", "table", "-o", str(table))
+    tune(tmp_path, "export", "table", "-o", str(table))
     mm = yaml.safe_load(table.read_text())["ops"]["mm"]
     assert len(mm["entries"]) == 2 and mm["strategy"]["M"] == "log"
     # The warm start measured both tiles (BLOCK_M 16 and 32): each bucket carries the other
@@ -61,7 +61,7 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
         assert entry["alternates"]
         assert all(a["BLOCK_M"] != entry["config"]["BLOCK_M"] for a in entry["alternates"])
     exact = tmp_path / "exact.yaml"
-    tune(tmp_path, "export", "--format", "table", "--exact", "-o", str(exact))
+    tune(tmp_path, "export", "table", "--exact", "-o", str(exact))
     assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 4
 
     runtime.clear_cache()
@@ -88,7 +88,7 @@ def test_buckets_export_runtime_and_validate_agree(tmp_path, monkeypatch):
     assert "2 shapes: geomean regret" in validated.output
     # The fresh tunes went to validate.db: the tuning database still exports its 4 keys only.
     assert (tmp_path / "validate.db").exists()
-    tune(tmp_path, "export", "--format", "table", "--exact", "-o", str(exact))
+    tune(tmp_path, "export", "table", "--exact", "-o", str(exact))
     assert len(yaml.safe_load(exact.read_text())["ops"]["mm"]["entries"]) == 4
 
 

@@ -15,10 +15,10 @@ import tuner
 from tuner import runtime
 from tuner.dtypes import DTYPES
 from tuner.execution.measure import random_operands, relative_error
+from tuner.formats.files import write_atomic
 from tuner.kernels import launches
 from tuner.kernels.cublas import TorchCalls
 from tuner.runtime import dispatch
-from tuner.runtime.table import write_atomic
 from tuner.shapes import LAYOUTS, Shape
 
 

@@ -1,4 +1,4 @@
-"""`tune export --format expand --time-missing`: the answers a bounded expand file gives tuned
+"""`tune export expand --time-missing`: the answers a bounded expand file gives tuned
 shapes where only the model priced them are timed beside the shapes' winners, and the lists
 narrowed again; from a database the timings are stored for later exports. The loop on a
 scripted timer; the CLI end to end on the CPU through Triton's interpreter."""
@@ -13,10 +13,11 @@ from tests.test_store_export import config, db_url, ok, tune_fake
 from tuner.cli import main
 from tuner.db.session import session_factory
 from tuner.db.store import Store
-from tuner.expand_cases import Tuned
-from tuner.export import Pick
-from tuner.export_flaggems import narrowed_timing_missing
+from tuner.export.cases import Tuned
+from tuner.export.picks import Pick
+from tuner.export.time_missing import narrowed_timing_missing
 from tuner.kernels import KERNELS
+from tuner.reporting import Silent
 from tuner.shapes import Shape
 
 MM_HASH = KERNELS["mm"].source_hash
@@ -48,7 +49,7 @@ def test_model_filled_answers_are_timed_and_the_lists_narrowed_again():
         return [1.3]
 
     spaces, _, done = narrowed_timing_missing(picks, tuned, H100_BLOCK, 1, False, timer,
-                                              note=lambda line: None)
+                                              Silent())
     n = answers(spaces)
     assert n.product == 1 and len(asked) == 1 and done.configs == 1 and done.left == 0
     (label, configs), = asked
@@ -68,7 +69,7 @@ def test_an_answer_that_cannot_run_is_replaced_in_a_later_round():
         return [math.inf] if len(calls) == 1 else [1.1]
 
     spaces, _, done = narrowed_timing_missing(picks, tuned, H100_BLOCK, 1, False, timer,
-                                              note=lambda line: None)
+                                              Silent())
     n = answers(spaces)
     assert done.rounds == 2 and done.configs == 2 and len(calls) == 2
     assert calls[0] != calls[1]
@@ -102,7 +103,7 @@ def test_time_missing_through_the_interpreter_from_a_database_and_a_table(tmp_pa
     for shape, winner in ((Shape(32, 32, 32, "fp16", "nn"), config(16, 16, 32, 2, 2)),
                           (Shape(64, 32, 32, "fp16", "nn"), config(32, 16, 32, 2, 2))):
         tune_fake(store, info, shape, [(winner, ok(0.01, 1.0))], MM_HASH)
-    bounded = ("--format", "expand", "--max-configs", "1")
+    bounded = ("expand", "--max-configs", "1")
     before = tmp_path / "before.yaml"
     tune(tmp_path, "export", *bounded, "-o", str(before))
     assert any("model-predicted" in line for line in shape_lines(before.read_text()))
@@ -127,15 +128,15 @@ def test_time_missing_through_the_interpreter_from_a_database_and_a_table(tmp_pa
 
     # from a table file: timed again (nothing stored), the answers measured
     table = tmp_path / "tuned.yaml"
-    tune(tmp_path, "export", "--format", "table", "-o", str(table))
+    tune(tmp_path, "export", "table", "-o", str(table))
     from_table = tmp_path / "from_table.yaml"
-    result = CliRunner().invoke(main, ["export", "--table", str(table), *bounded,
+    result = CliRunner().invoke(main, ["export", *bounded, "--table", str(table),
                                        "--time-missing", "--backend", "interpret", "--jobs",
                                        "1", "-o", str(from_table)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "round 1: timing 1" in result.output
     assert not any("model-predicted" in line for line in shape_lines(from_table.read_text()))
 
-    refused = CliRunner().invoke(main, ["export", "--format", "table", "--time-missing", "-o",
+    refused = CliRunner().invoke(main, ["export", "table", "--time-missing", "-o",
                                         str(tmp_path / "t.yaml"), "--db", db_url(tmp_path)])
-    assert refused.exit_code == 2 and "--format expand" in refused.output
+    assert refused.exit_code == 2 and "No such option '--time-missing'" in refused.output

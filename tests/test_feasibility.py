@@ -1,6 +1,6 @@
 """The shared-memory estimates against what Triton reported on a real GPU.
 
-benchmarks/data/constraint_accuracy-h200-*.jsonl (written by benchmarks/constraint_accuracy.py)
+tests/data/constraint_accuracy-h200-*.jsonl (tests/data/README.md says how they were taken)
 hold Triton's own figure (from the compiled kernel, or from its OutOfResources error) for 504
 configs of the four mm variants per file, compiled on an H200 with triton 3.6 and sampled
 near the limit as the estimate of the day drew it. The feasibility check must never let a
@@ -14,12 +14,11 @@ from statistics import median
 
 import pytest
 
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.shapes import Shape
 
-RECORDS = sorted((Path(__file__).parent.parent / "benchmarks/data")
-                 .glob("constraint_accuracy-h200-*.jsonl"))
+RECORDS = sorted((Path(__file__).parent / "data").glob("constraint_accuracy-h200-*.jsonl"))
 H200_SMEM_LIMIT = 232448  # bytes one program may use, the opt-in maximum
 # The variants whose estimate is their pipeline alone: Triton's figure exactly, but for the
 # rare tile whose epilogue scratch outgrows the pipeline.

@@ -1,6 +1,6 @@
-"""FlagGems' files: the bounded expand YAML (tuner.expand narrowing its lists), read back the
-way both FlagGems loaders read it, its header and the CPU refusal, tune_configs.yaml, and the
-same files from a table file instead of a database."""
+"""FlagGems' files: the bounded expand YAML (tuner.export.narrowing bounding its lists), read
+back the way both FlagGems loaders read it, its header and the CPU refusal, tune_configs.yaml,
+and the same files from a table file instead of a database."""
 import itertools
 import math
 import random
@@ -24,13 +24,14 @@ from tests.test_store_export import (
 from tuner.cli import main
 from tuner.db.session import session_factory
 from tuner.db.store import Store
-from tuner.execution.backends import DeviceInfo
-from tuner.expand import Case, narrow
-from tuner.expand_cases import Tuned, case_for
-from tuner.export_flaggems import expand_from_table
+from tuner.devices import DeviceInfo
+from tuner.export.cases import Tuned, case_for
+from tuner.export.narrowing import Case, narrow
+from tuner.export.writers import FlagGemsOptions, expand_from_table
 from tuner.kernels import KERNELS
 from tuner.model.named_devices import named_spec
 from tuner.model.predict import predict_ms
+from tuner.reporting import Silent
 from tuner.shapes import Shape
 
 CPU = DeviceInfo("cpu-interpreter", "none", 8, 0, "none", "none", "2.11", "3.6")
@@ -185,7 +186,7 @@ def test_the_expand_file_is_bounded_for_both_loaders_and_says_where_it_came_from
     tune_several(store)
     winners = {str(w.study.shape): w.trial.params for w in store.winners()}
     path = tmp_path / "mm_hopper_expand.yaml"
-    result = tune(tmp_path, "export", "--format", "expand", "--max-configs", "4", "-o", str(path))
+    result = tune(tmp_path, "export", "expand", "--max-configs", "4", "-o", str(path))
     assert result.exit_code == 0, result.output
     assert "mm_general_tma: 4 configs" in result.output and "geomean" in result.output
     text = path.read_text()
@@ -222,7 +223,7 @@ def test_the_expand_file_is_bounded_for_both_loaders_and_says_where_it_came_from
     assert any("won by cublas" in line for line in header)
 
     union = tmp_path / "union.yaml"
-    assert tune(tmp_path, "export", "--format", "expand", "--max-configs", "0",
+    assert tune(tmp_path, "export", "expand", "--max-configs", "0",
                 "--with-splitk", "-o", str(union)).exit_code == 0
     doc = yaml.safe_load(union.read_text())
     assert doc["mm_splitk"][0]["split_k"] == [8]
@@ -237,7 +238,7 @@ def test_gemv_strategy_holds_its_four_key_fields(store, tmp_path):
     tune_fake(store, H100, Shape(1, 4096, 4096, "bf16", "nt"), [(gemv, ok(0.02, 25.0))],
               MM_HASH)
     path = tmp_path / "expand.yaml"
-    assert tune(tmp_path, "export", "--format", "expand", "-o", str(path)).exit_code == 0
+    assert tune(tmp_path, "export", "expand", "-o", str(path)).exit_code == 0
     doc = yaml.safe_load(path.read_text())
     reference = reference_expand_config(doc, "gemv")
     assert reference["ranges"] == {"BM": [64], "BK": [256], "s": [2], "w": [4]}
@@ -251,23 +252,23 @@ def test_gemv_strategy_holds_its_four_key_fields(store, tmp_path):
 def test_interpreter_results_are_refused_under_a_gpu_file_name(store, tmp_path):
     tune_fake(store, CPU, SQUARE, [(config(64, 64, 32), ok(0.4, 345.0))], MM_HASH)
     for name in ("mm_hopper_expand.yaml", "h200_expand.yaml", "tune_configs_H100.yaml"):
-        refused = tune(tmp_path, "export", "--format", "expand", "-o", str(tmp_path / name))
+        refused = tune(tmp_path, "export", "expand", "-o", str(tmp_path / name))
         assert refused.exit_code == 1 and not (tmp_path / name).exists()
         (line,) = refused.output.strip().splitlines()
         assert line.startswith("Error: refusing to write CPU interpreter results") and (
             "--allow-cpu" in line)
     allowed = tmp_path / "mm_hopper_expand.yaml"
-    assert tune(tmp_path, "export", "--format", "expand", "--allow-cpu", "-o",
+    assert tune(tmp_path, "export", "expand", "--allow-cpu", "-o",
                 str(allowed)).exit_code == 0
     assert "CPU interpreter results" in allowed.read_text().splitlines()[3]
-    assert tune(tmp_path, "export", "--format", "expand", "-o",
+    assert tune(tmp_path, "export", "expand", "-o",
                 str(tmp_path / "expand.yaml")).exit_code == 0
 
 
 def test_flaggems_tune_configs_lists_the_exact_winners(store, tmp_path):
     tune_several(store)
     path = tmp_path / "tune_configs.yaml"
-    result = tune(tmp_path, "export", "--format", "flaggems-tune-configs", "-o", str(path))
+    result = tune(tmp_path, "export", "tune-configs", "-o", str(path))
     assert result.exit_code == 0, result.output
     text = path.read_text()
     doc = yaml.safe_load(text)
@@ -284,7 +285,7 @@ def test_flaggems_tune_configs_lists_the_exact_winners(store, tmp_path):
             for e in doc["mm_general_tma"]} == expected
     assert any("won by cublas" in line and line.startswith("#") for line in text.splitlines())
     with_splitk = tmp_path / "with_splitk.yaml"
-    assert tune(tmp_path, "export", "--format", "flaggems-tune-configs", "--with-splitk", "-o",
+    assert tune(tmp_path, "export", "tune-configs", "--with-splitk", "-o",
                 str(with_splitk)).exit_code == 0
     assert yaml.safe_load(with_splitk.read_text())["mm_splitk"] == [
         {"META": {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "SPLIT_K": 8},
@@ -294,15 +295,47 @@ def test_flaggems_tune_configs_lists_the_exact_winners(store, tmp_path):
 def test_the_same_files_from_a_table_file(store, tmp_path):
     tune_several(store)
     table = tmp_path / "tuned.yaml"
-    assert tune(tmp_path, "export", "--format", "table", "-o", str(table)).exit_code == 0
-    text = expand_from_table(table, max_configs=2, note=lambda line: None)
+    assert tune(tmp_path, "export", "table", "-o", str(table)).exit_code == 0
+    text = expand_from_table(table, FlagGemsOptions(max_configs=2), reporter=Silent())
     doc = yaml.safe_load(text)
     assert len(flaggems_5_expand_configs(doc, "mm_general_tma")[0]) <= 2
     assert f"from table {table}" in text and "regret" in text
     out = tmp_path / "from_table.yaml"
-    result = CliRunner().invoke(main, ["export", "--table", str(table), "--format", "expand",
+    result = CliRunner().invoke(main, ["export", "expand", "--table", str(table),
                                        "--max-configs", "3", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert len(reference_expand_config(yaml.safe_load(out.read_text()), "matmul")["configs"]) <= 3
-    refused = CliRunner().invoke(main, ["export", "--table", str(table), "-o", str(out)])
-    assert refused.exit_code == 1 and "--table converts a table" in refused.output
+    refused = CliRunner().invoke(main, ["export", "table", "--table", str(table), "-o", str(out)])
+    assert refused.exit_code == 2 and "No such option '--table'" in refused.output
+
+
+def test_each_format_is_a_subcommand_and_the_format_option_an_alias_for_it(store, tmp_path):
+    """`tune export table|expand|tune-configs`; the old `tune export [--format X]` writes the
+    same file (the date aside) after one deprecation line on standard error."""
+    tune_several(store)
+    forms = {"table": ("table", "table"), "expand": ("expand", "expand"),
+             "tune-configs": ("flaggems-tune-configs", "tune-configs")}
+    for name, (old, new) in forms.items():
+        new_path, old_path = tmp_path / f"{name}.new.yaml", tmp_path / f"{name}.old.yaml"
+        assert tune(tmp_path, "export", new, "-o", str(new_path)).exit_code == 0
+        aliased = tune(tmp_path, "export", "--format", old, "-o", str(old_path))
+        assert aliased.exit_code == 0, aliased.output
+        warning, *_ = aliased.output.splitlines()
+        assert warning == (f"warning: `tune export --format` is deprecated and goes in the next "
+                           f"release; use `tune export {new}`")
+        assert undated(old_path.read_text()) == undated(new_path.read_text())
+    bare = tune(tmp_path, "export", "-o", str(tmp_path / "bare.yaml"), "--exact")
+    assert bare.exit_code == 0 and bare.output.splitlines()[0] == (
+        "warning: `tune export` without a format is deprecated and goes in the next release; "
+        "use `tune export table`")
+    wrong = tune(tmp_path, "export", "--format=csv", "-o", str(tmp_path / "x.yaml"))
+    assert wrong.exit_code == 2 and "Invalid value for '--format': 'csv' is not one of" in (
+        wrong.output)
+    listed = CliRunner().invoke(main, ["export", "--help"])
+    assert all(name in listed.output for name in forms)
+
+
+def undated(text: str) -> list[str]:
+    """A file's lines but those that say when it was written."""
+    return [line for line in text.splitlines()
+            if not line.startswith(("generated_at:", "# written "))]

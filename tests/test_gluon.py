@@ -16,10 +16,11 @@ import torch
 
 from tests.test_tma_persistent import launch_error
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution.measure import meta_gemm, random_gemm
-from tuner.export_flaggems import NO_EXPAND_OP
+from tuner.execution.measure import random_gemm
+from tuner.export.flaggems_ops import NO_EXPAND_OP
 from tuner.kernels import KERNELS, gluon_mm, kernel_variants
 from tuner.kernels._launch import INTERPRETED
+from tuner.kernels.calls import meta_gemm
 from tuner.kernels.gluon_mm import GLUON
 from tuner.model import predict as model
 from tuner.shapes import LAYOUTS, Shape

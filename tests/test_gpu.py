@@ -105,7 +105,7 @@ def test_gpu_run_export_then_matmul_uses_the_winner(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "tuned 2" in result.output
     table = tmp_path / "tuned.yaml"
-    assert cli.invoke(main, ["export", "--format", "table", "-o", str(table), "--db", db]
+    assert cli.invoke(main, ["export", "table", "-o", str(table), "--db", db]
                       ).exit_code == 0
     doc = yaml.safe_load(table.read_text())
     assert doc["device"]["name"] == torch.cuda.get_device_name(0)

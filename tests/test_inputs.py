@@ -241,8 +241,8 @@ def test_bad_run_flags_are_usage_errors(empty_dir, args, words):
     assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
 
 
-@pytest.mark.parametrize("args", [["show"], ["show", "--failures"], ["export", "-o", "x.yaml"],
-                                  ["replay"]])
+@pytest.mark.parametrize("args", [["show"], ["show", "--failures"],
+                                  ["export", "table", "-o", "x.yaml"], ["replay"]])
 def test_read_only_commands_never_create_a_database(empty_dir, args):
     result = tune(*args)
     assert result.exit_code == 1
@@ -280,7 +280,7 @@ def test_an_output_that_cannot_be_written_is_one_line(empty_dir):
     assert result.exit_code == 1
     assert error_line(result) == "Error: cannot write file/o.yaml: file is not a folder"
     assert tune("suggest", "--shapes", "s.csv", "-o", "t.yaml").exit_code == 0
-    result = tune("export", "--table", "t.yaml", "--format", "expand", "-o", "file/x.yaml")
+    result = tune("export", "expand", "--table", "t.yaml", "-o", "file/x.yaml")
     assert result.exit_code == 1
     assert error_line(result) == "Error: cannot write file/x.yaml: file is not a folder"
     assert not (empty_dir / "tune.db").exists()
@@ -288,7 +288,7 @@ def test_an_output_that_cannot_be_written_is_one_line(empty_dir):
 
 def test_export_from_a_malformed_table_file_is_one_line(empty_dir):
     (empty_dir / "bad.yaml").write_text("format: [\n")
-    result = tune("export", "--table", "bad.yaml", "--format", "expand", "-o", "out.yaml")
+    result = tune("export", "expand", "--table", "bad.yaml", "-o", "out.yaml")
     assert result.exit_code == 1
     assert error_line(result) == ("Error: gemm-tuner table bad.yaml:2: not valid YAML (expected "
                                   "the node content, but found '<stream end>')")
@@ -301,7 +301,7 @@ def test_validate_with_a_file_that_is_no_table(empty_dir):
                   "interpret")
     assert result.exit_code == 1
     assert error_line(result) == ("Error: gemm-tuner table s.csv: not a 'gemm-tuner-table/2' "
-                                  "file (write one with `tune export --format table`)")
+                                  "file (write one with `tune export table`)")
     assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
 
 
@@ -322,7 +322,7 @@ def test_a_read_only_database_is_one_line(empty_dir):
 @pytest.fixture
 def table(tmp_path):
     from tuner import runtime
-    from tuner.runtime.table import write_atomic
+    from tuner.formats.files import write_atomic
 
     runtime.clear_cache()
     key = {"M": 64, "N": 64, "K": 64, "stride_am": 64, "stride_bk": 64, "dtype": "bf16"}
@@ -374,7 +374,8 @@ def test_a_bad_runtime_key_is_one_value_error(table, change, words):
 ])
 def test_a_wrong_schema_table_names_file_and_field(table, edit, words):
     from tuner import runtime
-    from tuner.runtime.table import TableError, write_atomic
+    from tuner.formats.files import write_atomic
+    from tuner.formats.table import TableError
 
     path, doc = table
     edit(doc)
@@ -388,7 +389,7 @@ def test_a_wrong_schema_table_names_file_and_field(table, edit, words):
 
 def test_malformed_table_yaml_names_the_file_and_line(tmp_path):
     from tuner import runtime
-    from tuner.runtime.table import TableError
+    from tuner.formats.table import TableError
 
     path = tmp_path / "t.yaml"
     path.write_text("format: gemm-tuner-table/2\nops: [\n")

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
+from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.kernels import KERNELS, gemv, general, kernel_for
 from tuner.kernels._launch import needs_int64, wrap_point
 from tuner.kernels.base import Gemm, config_label
+from tuner.kernels.calls import meta_gemm
 from tuner.kernels.gemv import GEMV
 from tuner.kernels.general import GENERAL
 from tuner.kernels.padding import padded_operands

@@ -131,7 +131,8 @@ def test_a_database_newer_than_the_code_is_refused_with_one_line(old_db):
         open_engine(f"sqlite:///{old_db}")
     assert "\n" not in str(refused.value) and "f00dfeed" in str(refused.value)
 
-    for args in (["db", "upgrade"], ["show"], ["export", "-o", str(old_db.parent / "t.yaml")]):
+    export = ["export", "table", "-o", str(old_db.parent / "t.yaml")]
+    for args in (["db", "upgrade"], ["show"], export):
         result = CliRunner().invoke(main, [*args, "--db", f"sqlite:///{old_db}"])
         assert result.exit_code == 1, result.output
         (line,) = result.output.strip().splitlines()

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.factories import KERNEL_VARIANTS
+from tuner.devices import HOPPER_SMEM_PER_BLOCK, DeviceInfo
 from tuner.dtypes import DTYPES
-from tuner.execution.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS, kernel_for
+from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
 from tuner.model.tiles import TENSOR_EFFICIENCY
 from tuner.shapes import LAYOUTS, Shape

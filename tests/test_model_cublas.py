@@ -45,7 +45,7 @@ def test_tf32_is_faster_than_ieee_fp32():
     assert model.predict_ms(shape, CUBLAS, H200, allow_tf32=True) < ieee / 4
 
 
-# cuBLAS through torch on one H200 (benchmarks/vs_cublas.py): TF/s.
+# cuBLAS through torch on one H200 (the vs_cublas benchmark): TF/s.
 MEASURED_TFLOPS = [
     (Shape(8192, 8192, 8192, "bf16"), 688.8),
     (Shape(4096, 4096, 4096, "bf16"), 741.8),

@@ -3,7 +3,8 @@ tensors that are then timed, or Triton would build a different specialization.""
 import pytest
 
 from tuner.dtypes import DTYPES
-from tuner.execution.measure import meta_gemm, random_gemm
+from tuner.execution.measure import random_gemm
+from tuner.kernels.calls import meta_gemm
 from tuner.shapes import LAYOUTS, Shape
 
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests.factories import H100
 from tests.test_search import ScriptedExecutor, speed
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
 from tuner.model.named_devices import named_spec
 from tuner.search.budget import DEFAULT_SAMPLER
@@ -150,10 +150,10 @@ def test_the_cli_offers_exactly_the_samplers_there_are():
     assert list(option.type.choices) == list(SAMPLERS)
 
 
-# The exhaustive H200 recording committed for CI (benchmarks/data/README.md says how it was
-# taken), and the seeds replayed here: the committed curves use 20; 8 keep the median stable
-# and the test under a minute on CI's two cores.
-RECORDED_H200 = Path(__file__).resolve().parent.parent / "benchmarks/data/recording-h200.json.gz"
+# The exhaustive H200 recording committed for CI (tests/data/README.md says how it was taken),
+# and the seeds replayed here: the committed curves use 20; 8 keep the median stable and the
+# test under a minute on CI's two cores.
+RECORDED_H200 = Path(__file__).resolve().parent / "data/recording-h200.json.gz"
 CI_SEEDS = 8
 
 
@@ -175,8 +175,8 @@ def test_the_model_alone_reaches_90_percent_of_the_recorded_best():
     assert geomean([picked / best for _, best, picked in rows]) >= 0.90
 
 
-# Every measured trial of the 52 H200 studies behind benchmarks/results/h200-issue6 (the
-# shapes-dev and hold-out tunes), committed for CI: benchmarks/data/README.md.
+# Every measured trial of the 52 H200 studies of issue 6's first tune (the shapes-dev and
+# hold-out tunes), committed for CI: tests/data/README.md.
 STUDIES_H200 = RECORDED_H200.parent / "studies-h200.json.gz"
 
 

@@ -2,10 +2,10 @@
 that a fallback answers only with configs that can run the key, the best answer without
 cuBLAS, what the answer says about itself, its logging, and that it agrees with the export
 on random keys."""
-import importlib.util
 import json
 import logging
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -19,11 +19,12 @@ from hypothesis import strategies as st
 
 from tuner import runtime
 from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
-from tuner.execution.measure import meta_gemm
+from tuner.fallback_scoring import answers
+from tuner.formats.files import write_atomic
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
-from tuner.runtime import fallback
-from tuner.runtime.table import write_atomic
+from tuner.runtime import expand, fallback, policy
 from tuner.shapes import LAYOUTS, Shape
 
 # M bucketed to the next power of two, everything else exact.
@@ -80,10 +81,50 @@ def three_sizes(tmp_path) -> Path:
                                              (key(4096), GENERAL)])
 
 
+def test_the_policy_is_the_list_its_docstring_gives():
+    """The fallback's authoritative description (the docs quote it) names the steps the table
+    runs, in their order; an expand file's ends as a table's does."""
+    listed = re.findall(r"^\d\. `([a-z-]+)`:", policy.__doc__, re.M)
+    assert tuple(listed) == policy.TABLE_POLICY.names == (
+        "table", "nearest", "model", "cublas", "default")
+    assert expand.EXPAND_POLICY.names == ("expand-online", "expand-model", "cublas", "default")
+
+
+def test_each_answer_names_the_step_that_gave_it(three_sizes):
+    """Every step answers with its own name as the source, whichever path the key took: the
+    default where every variant that could run the key (fp8, nn: no cuBLAS) is left out."""
+    gemv = dict(M=1, N=64, K=64, dtype="bf16", stride_am=64, stride_bk=64)
+    triton_variants = [name for name in KERNELS["mm"].variant if name != "cublas"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        answers = [lookup(three_sizes, **key(300)), lookup(three_sizes, **key(48)),
+                   triton(three_sizes, **key(300, dtype="fp16")),
+                   lookup(three_sizes, "gemv", **gemv),
+                   runtime.get_tuned_config_without(triton_variants, "mm", path=three_sizes,
+                                                    **key(512, dtype="fp8e4m3"))]
+    assert [a.source for a in answers] == ["table", "nearest", "model", "cublas", "default"]
+
+
 def test_the_bucket_entry_answers_as_table(three_sizes):
     config = lookup(three_sizes, **key(300))  # log: 300 -> 512
     assert dict(config) == SPLITK and config.source == "table"
     assert config.bucket == (512, 4096, 4096, 4096, 4096, "bf16")
+
+
+def test_a_bucket_tuned_to_cublas_answers_its_runner_up_without_cublas(tmp_path):
+    """Leaving cuBLAS out of a key tuned to it answers the best Triton config its own study
+    timed (the entry's alternates, in order, the first that can run the key), not a
+    neighbour's tile or the model's guess."""
+    path = tmp_path / "t.yaml"
+    write_atomic(path, {"format": runtime.TABLE_FORMAT,
+                        "device": {"name": "NVIDIA H100 80GB HBM3"},
+                        "ops": {"mm": {"strategy": LOG_M, "entries": [
+                            {"key": key(16), "config": SMALL_M},
+                            {"key": key(4096), "config": dict(runtime.CUBLAS_CONFIG),
+                             "alternates": [SPLITK | {"SPLIT_K": 4096}, GENERAL]}]}}})
+    config = triton(path, **key(4096))
+    assert dict(config) == GENERAL and config.source == "table"
+    assert dict(lookup(path, **key(4096))) == {"variant": "cublas", "pad": 0}
 
 
 def test_the_answer_is_a_read_only_mapping_and_memoised(three_sizes):
@@ -485,8 +526,8 @@ def test_the_models_pick_for_a_new_dtype_gives_way_to_cublas_predicted_faster(tm
 
 def test_the_best_answer_without_cublas(tmp_path, monkeypatch):
     """A bucket tuned to cuBLAS answers cuBLAS from the table, and the same object every time;
-    without cuBLAS, the same key gets the bucket's alternate (measured by the same study) or a
-    neighbour's config, never cuBLAS, memoised apart. A neighbour tuned to cuBLAS, not the
+    without cuBLAS, the same key gets the bucket's alternate (measured by the same study, so
+    no model is asked), never cuBLAS, memoised apart. A neighbour tuned to cuBLAS, not the
     closest, stands for cuBLAS beside the tuned candidates."""
     asked = []
     monkeypatch.setattr(fallback, "fastest_predicted", recording_first(asked))
@@ -500,10 +541,9 @@ def test_the_best_answer_without_cublas(tmp_path, monkeypatch):
     tuned = lookup(path, **key(400))
     assert dict(tuned) == cublas and tuned.source == "table" and not asked
     best = triton(path, **key(400))
-    assert asked[-1][0] == [SPLITK, GENERAL]
-    assert dict(best) == SPLITK and best.source == "nearest" and best.bucket[0] == 512
+    assert dict(best) == SPLITK and best.source == "table" and best.bucket[0] == 512
     assert lookup(path, **key(400)) is tuned and triton(path, **key(400)) is best
-    assert len(asked) == 1
+    assert not asked
     near = lookup(path, **key(1500))  # bucket 2048: 1 octave from 4096, 2 from 512
     assert asked[-1][0] == [GENERAL, SPLITK, cublas]
     assert dict(near) == GENERAL
@@ -600,26 +640,19 @@ def test_a_neighbours_measurements_calibrate_the_models_tile_against_cublas(
 
 
 # -- the fallback's rules against timings of what it weighs ---------------------------------------
-REPO = Path(__file__).resolve().parent.parent
-POOL_TIMINGS = REPO / "benchmarks/results/fallback/fallback_pool-h100.json"
+DATA = Path(__file__).resolve().parent / "data"
+POOL_TIMINGS, POOL_TABLE = DATA / "fallback_pool-h100.json", DATA / "tuned-h100-2026-11-25.yaml"
 
 
-def test_the_fallback_answers_the_timed_hold_out_shapes_at_least_as_fast_as_cublas(
-        monkeypatch):
+def test_the_fallback_answers_the_timed_hold_out_shapes_at_least_as_fast_as_cublas():
     """The committed H100 timings of every config the fallback weighs for the 26 mm hold-out
-    shapes (benchmarks/fallback_pool.py), its table being shapes-dev's: asked again, the
-    runtime answers each with a timed config, none more than 5% behind cuBLAS on device or per
-    call, and at least cuBLAS's speed over all. The rules before the closest neighbour's cuBLAS
-    and the tile-height limit gave 0.81 and 0.75 at worst."""
-    spec = importlib.util.spec_from_file_location("fallback_pool",
-                                                  REPO / "benchmarks/fallback_pool.py")
-    fallback_pool = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, fallback_pool)  # its dataclass looks it up
-    spec.loader.exec_module(fallback_pool)
-    data = json.loads(POOL_TIMINGS.read_text())
+    shapes (tests/data/README.md), its table being shapes-dev's: asked again, the runtime
+    answers each with a timed config, none more than 5% behind cuBLAS on device or per call,
+    and at least cuBLAS's speed over all. The rules before the closest neighbour's cuBLAS and
+    the tile-height limit gave 0.81 and 0.75 at worst."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        found = fallback_pool.answers(data, REPO / data["table"])
+        found = answers(json.loads(POOL_TIMINGS.read_text()), POOL_TABLE)
     assert len(found) == 26 and all(answer.timed is not None for answer in found)
     for figure in ("device_ms", "loop_ms"):
         ratios = [answer.ratio(figure) for answer in found]

@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from tuner import runtime
+from tuner.formats.device import header_device
+from tuner.formats.flaggems import is_expand_document
+from tuner.formats.table import TABLE_FORMAT, merge_documents, read_document
 from tuner.runtime import online
-from tuner.runtime.expand import ExpandTable, header_device, is_expand_document
-from tuner.runtime.table import TABLE_FORMAT, merge_documents, read_document
+from tuner.runtime.expand import ExpandTable
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_M = {"M": "log", "N": "default", "K": "default", "stride_am": "default",
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 
 
 def expand_doc(strategy=LOG_M, gemv_strategy=None, **lists):
-    """An expand file as tuner.export_flaggems writes it: mm_general_tma and gemv."""
+    """An expand file as tuner.export.writers writes it: mm_general_tma and gemv."""
     values = PRODUCT | lists
     doc = {"mm_general_tma": [
         {"config": None, "param_map": {

@@ -10,9 +10,10 @@ from tests.factories import H100, VARIANTS, told_and_objective
 from tuner.db.optuna_storage import optuna_storage
 from tuner.db.session import session_factory
 from tuner.db.store import Store
-from tuner.execution.measure import TrialResult, meta_gemm
+from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.kernels import KERNELS
+from tuner.kernels.calls import meta_gemm
 from tuner.objective import EAGER, GRAPH, call_ms, eligible
 from tuner.search.budget import StudyBudget
 from tuner.search.study import DeviceSlot, StudyRecords, StudyRunner

@@ -11,9 +11,10 @@ import torch
 import triton
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
+from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.kernels import splitk
 from tuner.kernels.base import Gemm
+from tuner.kernels.calls import meta_gemm
 from tuner.kernels.splitk import SPLITK, unsupported
 from tuner.kernels.workspace import Workspace
 from tuner.shapes import LAYOUTS, Shape

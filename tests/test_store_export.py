@@ -14,23 +14,25 @@ from tuner.bucketing.strategies import bucket_key
 from tuner.cli import main
 from tuner.db.session import DatabaseError, session_factory
 from tuner.db.store import Store
-from tuner.execution.backends import DeviceInfo
+from tuner.devices import DeviceInfo
 from tuner.execution.measure import TrialResult
-from tuner.export import (
-    ExportError,
+from tuner.export import ExportError
+from tuner.export.flaggems_ops import EXPAND_OP_NAMES, NO_EXPAND_OP
+from tuner.export.op_lists import union_ops
+from tuner.export.picks import (
     Pick,
     current_only,
-    device_block,
     export_launch,
     select_device,
     study_trials,
-    table_document,
     winner_picks,
 )
-from tuner.export_flaggems import EXPAND_OP_NAMES, NO_EXPAND_OP, expand_document
+from tuner.export.writers import table_document
+from tuner.formats import flaggems
+from tuner.formats.device import device_block
+from tuner.formats.files import write_atomic
 from tuner.kernels import KERNELS
 from tuner.objective import EAGER, GRAPH, call_ms
-from tuner.runtime.table import write_atomic
 from tuner.shapes import Shape
 from tuner.space import builtin_spaces, parse_space
 
@@ -46,6 +48,11 @@ SPACE = parse_space({
 def config(bm, bn, bk, stages=3, warps=8, variant="general", pad=0, **extra):
     return {"variant": variant, "pad": pad, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
             "GROUP_M": 8, "num_stages": stages, "num_warps": warps, **extra}
+
+
+def expand_document(picks):
+    """The unbounded expand YAML of the picks, as `tune suggest` writes it."""
+    return flaggems.expand_document(union_ops(picks), for_both_readers=False)
 
 
 def tune_fake(store, info, shape, results, kernel_hash="abc", launch=GRAPH):
@@ -165,8 +172,8 @@ def test_export_both_formats_and_runtime_reads_the_winner(store, tmp_path, monke
     assert "pad" not in space and "variant" not in space  # FlagGems has neither
 
     path = tmp_path / "out" / "tuned.yaml"
-    write_atomic(path, table_document(device_block(device), winner_picks(winners, GRAPH),
-                                      {"mm": "abc"}, GRAPH))
+    header = device_block(device, device.fingerprint)
+    write_atomic(path, table_document(header, winner_picks(winners, GRAPH), {"mm": "abc"}, GRAPH))
     doc = yaml.safe_load(path.read_text())
     assert doc["device"]["name"] == H100.name and doc["device"]["triton"] == "3.6"
     (entry,) = [e for e in doc["ops"]["mm"]["entries"] if e["tuned_shape"].startswith("4096")]
@@ -203,7 +210,8 @@ def test_a_table_entry_carries_the_fastest_other_tile_its_study_measured(store, 
     assert {p.provenance["tuned_shape"]: p.alternates for p in picks} == {
         str(SQUARE): [config(128, 128, 32)], str(DECODE): []}
     path = tmp_path / "tuned.yaml"
-    write_atomic(path, table_document(device_block(device), picks, {"mm": "abc"}, GRAPH))
+    header = device_block(device, device.fingerprint)
+    write_atomic(path, table_document(header, picks, {"mm": "abc"}, GRAPH))
     entries = yaml.safe_load(path.read_text())["ops"]["mm"]["entries"]
     assert [e.get("alternates") for e in entries] == [None, [config(128, 128, 32)]]  # by key
     assert [e.get("alternates_ms") for e in entries] == [None, [0.25]]
@@ -267,6 +275,10 @@ def test_device_selection_and_stale_winners(store):
     assert stale == 1 and current[0].device.name == H100.name
     with pytest.raises(ExportError, match="no winners in the database for device 'a100'"):
         select_device(winners, "a100")
+    # `tune export --device` and `tune show --device` mean the same devices, in either case
+    for selector in ("h200", "NVIDIA H200", h200.fingerprint[:6].upper()):
+        assert select_device(winners, selector)[0].fingerprint == h200.fingerprint
+        assert [d.fingerprint for d in store.devices_matching(selector)] == [h200.fingerprint]
 
 
 def test_runtime_imports_neither_optuna_nor_sqlalchemy():
@@ -306,7 +318,7 @@ BOTH_MODES = [(FAST_KERNEL, ok(0.19, 720.0, loop_ms=0.5, host_us=480.0)),
 def exported(tmp_path, *flags):
     """The mm entry of a `tune export` table written with these flags, and the table."""
     path = tmp_path / "tuned.yaml"
-    result = tune_cli(tmp_path, "export", "-o", str(path), *flags)
+    result = tune_cli(tmp_path, "export", "table", "-o", str(path), *flags)
     assert result.exit_code == 0, result.output
     doc = yaml.safe_load(path.read_text())
     (entry,) = doc["ops"]["mm"]["entries"]
@@ -326,7 +338,7 @@ def test_export_launch_picks_each_modes_winner_from_the_stored_trials(store, tmp
     monkeypatch.setenv("TUNE_CONFIG", str(tmp_path / "tuned.yaml"))
     assert dict(runtime.get_tuned_config("mm", M=4096, N=4096, K=4096, dtype="bf16",
                                          stride_am=4096, stride_bk=4096)) == FAST_KERNEL
-    bad = tune_cli(tmp_path, "export", "-o", str(tmp_path / "x.yaml"), "--launch", "cuda")
+    bad = tune_cli(tmp_path, "export", "table", "-o", str(tmp_path / "x.yaml"), "--launch", "cuda")
     assert bad.exit_code == 2 and "'cuda' is not one of 'eager', 'graph'" in bad.output
 
 
@@ -353,7 +365,8 @@ def test_a_database_from_before_the_call_figures_opens_and_exports_device_time(s
         s.commit()
     (winner,) = Store(session_factory(db_url(tmp_path))).winners()
     assert winner.study.launch is None and winner.trial.loop_ms is None
-    refused = tune_cli(tmp_path, "export", "--launch", "eager", "-o", str(tmp_path / "x.yaml"))
+    refused = tune_cli(tmp_path, "export", "table", "--launch", "eager", "-o",
+                       str(tmp_path / "x.yaml"))
     assert refused.exit_code == 1 and "no loop_ms figure" in refused.output
     assert "--launch graph" in refused.output
     entry, doc = exported(tmp_path)
@@ -366,7 +379,7 @@ def test_expand_leaves_cublas_out_and_show_marks_it(store, tmp_path, monkeypatch
               KERNELS["mm"].source_hash)
     tune_fake(store, H100, SMALL_M, BOTH_MODES, KERNELS["mm"].source_hash)
     path = tmp_path / "expand.yaml"
-    assert tune_cli(tmp_path, "export", "--format", "expand", "-o", str(path)).exit_code == 0
+    assert tune_cli(tmp_path, "export", "expand", "-o", str(path)).exit_code == 0
     written = path.read_text()
     assert (
         "# left out: mm M=4096 N=4096 K=4096 stride_am=4096 stride_bk=4096 dtype=bf16, won by "
@@ -380,7 +393,7 @@ def test_expand_leaves_cublas_out_and_show_marks_it(store, tmp_path, monkeypatch
 
 
 def test_export_merges_a_runtime_online_cache_the_database_wins_its_buckets(store, tmp_path):
-    """`tune export --format table --merge CACHE`: what deployments tuned online
+    """`tune export table --merge CACHE`: what deployments tuned online
     (tuner.runtime.online) flows back into the table for buckets the database lacks."""
     from tuner.runtime import online
 
@@ -392,12 +405,12 @@ def test_export_merges_a_runtime_online_cache_the_database_wins_its_buckets(stor
                         KERNELS["mm"].source_hash,
                         {"key": SQUARE.key() | {"M": M}, "config": tile, "source": "online"})
     path = tmp_path / "tuned.yaml"
-    result = tune_cli(tmp_path, "export", "-o", str(path), "--merge", str(cache))
+    result = tune_cli(tmp_path, "export", "table", "-o", str(path), "--merge", str(cache))
     assert result.exit_code == 0, result.output
     assert "merge: added 1 mm entries, 1 already held" in result.output
     entries = yaml.safe_load(path.read_text())["ops"]["mm"]["entries"]
     assert [(e["key"]["M"], e["config"]) for e in entries] == [
         (512, config(32, 32, 32)), (4096, CHEAP_CALL)]
-    refused = tune_cli(tmp_path, "export", "--format", "expand", "-o", str(tmp_path / "e.yaml"),
+    refused = tune_cli(tmp_path, "export", "expand", "-o", str(tmp_path / "e.yaml"),
                        "--merge", str(cache))
     assert refused.exit_code != 0 and "--merge" in refused.output

@@ -16,10 +16,11 @@ import triton
 
 from tests.test_tma_persistent import launch_error, poisoned_gemm
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
-from tuner.export_flaggems import NO_EXPAND_OP
+from tuner.execution.measure import random_gemm, reference, relative_error
+from tuner.export.flaggems_ops import NO_EXPAND_OP
 from tuner.kernels import KERNELS, persistent, streamk
 from tuner.kernels.base import TILE_PARAMS, config_label
+from tuner.kernels.calls import meta_gemm
 from tuner.kernels.splitk import SPLITK
 from tuner.kernels.streamk import STREAMK, Schedule, launch_schedule, schedule
 from tuner.kernels.workspace import Workspace

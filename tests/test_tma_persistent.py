@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
-from tuner.execution.measure import meta_gemm, random_gemm, reference, relative_error
+from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.kernels import KERNELS, persistent, tma
 from tuner.kernels.base import Gemm
+from tuner.kernels.calls import meta_gemm
 from tuner.kernels.persistent import PERSISTENT
 from tuner.kernels.tma import TMA
 from tuner.shapes import LAYOUTS, Shape

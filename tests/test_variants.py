@@ -6,7 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from tuner import export, export_flaggems
+from tuner.export import flaggems_ops, writers
+from tuner.export.op_lists import union_ops
+from tuner.export.picks import Pick
+from tuner.formats import flaggems
 from tuner.kernels import KERNELS, kernel_variants
 from tuner.kernels.base import Kernel, config_label
 from tuner.kernels.general import GENERAL
@@ -73,29 +76,33 @@ def test_the_model_takes_a_variants_term_from_the_variant(with_variant):
                             model.H100_SXM) == pytest.approx(64.0)
 
 
-def _pick(variant: str) -> export.Pick:
-    return export.Pick("mm", {"M": 512}, {"variant": variant, "pad": 0, **TILE},
+def _pick(variant: str) -> Pick:
+    return Pick("mm", {"M": 512}, {"variant": variant, "pad": 0, **TILE},
                        SPACES["mm"].strategy, {})
+
+
+def _expand_document(picks: list[Pick]) -> dict:
+    return flaggems.expand_document(union_ops(picks), for_both_readers=False)
 
 
 def test_the_flaggems_op_comes_from_the_variant(with_variant):
     with_variant(replace(GENERAL, name="mine", expand_op="mm_mine"))
-    assert "mm_mine" in export_flaggems.expand_document([_pick("mine")])
-    assert export_flaggems.EXPAND_OP_NAMES["mine"] == "mm_mine"
-    assert export_flaggems.EXPAND_OP_NAMES["general"] == GENERAL.expand_op == "mm_general_tma"
+    assert "mm_mine" in _expand_document([_pick("mine")])
+    assert flaggems_ops.EXPAND_OP_NAMES["mine"] == "mm_mine"
+    assert flaggems_ops.EXPAND_OP_NAMES["general"] == GENERAL.expand_op == "mm_general_tma"
 
 
 def test_a_variant_without_an_op_keeps_its_own_name(with_variant):
     with_variant(replace(GENERAL, name="mine", expand_op=None))
-    assert list(export_flaggems.expand_document([_pick("mine")])) == ["mm_mine"]
+    assert list(_expand_document([_pick("mine")])) == ["mm_mine"]
 
 
 def test_a_variant_flaggems_has_no_op_for_is_left_out_with_its_reason(with_variant):
     with_variant(replace(GENERAL, name="mine", expand_op=None, no_expand_op="a thing of mine"))
-    text = export_flaggems.expand_text([_pick("mine"), _pick("general")])
+    text = writers.expand_text([_pick("mine"), _pick("general")])
     assert text.startswith("# left out: mm M=512, won by mine (a thing of mine): ")
     assert "mm_general_tma" in text and "mm_mine" not in text
-    assert export_flaggems.NO_EXPAND_OP["mine"] == "a thing of mine"
+    assert flaggems_ops.NO_EXPAND_OP["mine"] == "a thing of mine"
 
 
 def test_labels_use_the_variants_short_names(with_variant):

@@ -229,8 +229,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
             raise click.BadParameter(unknown, param_hint="'--device'")
     from tuner.suggest import write_suggestions
 
-    write_suggestions(load_shapes(shapes_path), space_paths, device_name, fmt, output,
-                      STDERR.note)
+    write_suggestions(load_shapes(shapes_path), space_paths, device_name, fmt, output)
 
 
 @main.command()
@@ -270,41 +269,121 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
                       plot_path, click.echo, STDERR)
 
 
-@main.command()
-@click.option("--format", "fmt", type=click.Choice(["expand", "table", "flaggems-tune-configs"]),
-              default="table", show_default=True,
-              help="expand: FlagGems' expand schema, each op's lists bounded by --max-configs; "
-                   "table: exact winners for tuner.runtime; flaggems-tune-configs: the exact "
-                   "winners as FlagGems' tune_configs.yaml op list.")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="File to write (replaced atomically).")
+# What the deprecated `tune export --format X` names, as subcommands.
+_EXPORT_FORMATS = {"table": "table", "expand": "expand", "flaggems-tune-configs": "tune-configs"}
+
+
+def _format_given(args: list[str]) -> tuple[str | None, list[str]]:
+    """The value of a --format option among `args`, and the args without it."""
+    rest, fmt, i = [], None, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--format" and i + 1 < len(args):
+            fmt, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--format="):
+            fmt = arg.partition("=")[2]
+        else:
+            rest.append(arg)
+        i += 1
+    return fmt, rest
+
+
+class ExportGroup(click.Group):
+    """`tune export`'s subcommands, one per file format. For one release the old form, `tune
+    export [--format X] OPTIONS` (X: table by default), still runs `tune export X OPTIONS`,
+    after one deprecation line on standard error."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or args[0] in self.commands or args[0] in ctx.help_option_names:
+            return super().parse_args(ctx, args)
+        fmt, rest = _format_given(args)
+        name = _EXPORT_FORMATS.get(fmt or "table")
+        if name is None:
+            raise click.BadParameter(f"{fmt!r} is not one of "
+                                     f"{', '.join(map(repr, _EXPORT_FORMATS))}",
+                                     ctx, param_hint="'--format'")
+        given = "`tune export --format`" if fmt else "`tune export` without a format"
+        click.echo(f"warning: {given} is deprecated and goes in the next release; use "
+                   f"`tune export {name}`", err=True)
+        return super().parse_args(ctx, [name, *rest])
+
+
+output_option = click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+                             help="File to write (replaced atomically).")
+
+
+def selection_options(command):
+    """--device, --exact and --launch: which of the database's picks an export ships."""
+    for option in reversed((
+            device_option,
+            click.option("--exact", is_flag=True,
+                         help="One row per tuned key even where `tune buckets` chose shared "
+                              "configs."),
+            click.option("--launch", type=click.Choice(LAUNCH_MODES), default=None,
+                         show_default="the mode `tune run` used; eager if unknown",
+                         help="Pick each key's winner among its stored trials by this figure: "
+                              "eager, time per back-to-back call; graph, device time. No "
+                              "re-tuning."))):
+        command = option(command)
+    return command
+
+
+def flaggems_options(command):
+    """--with-splitk, --allow-cpu and --table: the options of both FlagGems files."""
+    for option in reversed((
+            click.option("--with-splitk", is_flag=True,
+                         help="Also write mm_splitk (FlagGems 5.x's ConfigLoader has no such "
+                              "op)."),
+            click.option("--allow-cpu", is_flag=True,
+                         help="Allow CPU interpreter results under a GPU file name (e.g. "
+                              "mm_hopper_expand.yaml)."),
+            click.option("--table", "table_path",
+                         type=click.Path(dir_okay=False, exists=True),
+                         help="Convert this table file (`tune export table`) instead of "
+                              "reading the database."))):
+        command = option(command)
+    return command
+
+
+@main.group(cls=ExportGroup)
+def export():
+    """Write the winners of one device for deployments: per kernel, the buckets of its latest
+    `tune buckets` decision if there is one, else every tuned key. (`tune export --format X`
+    still runs `tune export X` in this release, deprecated.)"""
+
+
+@export.command("table")
+@output_option
 @db_option
-@device_option
-@click.option("--exact", is_flag=True,
-              help="One row per tuned key even where `tune buckets` chose shared configs.")
-@click.option("--launch", type=click.Choice(LAUNCH_MODES), default=None,
-              show_default="the mode `tune run` used; eager if unknown",
-              help="Pick each key's winner among its stored trials by this figure: eager, "
-                   "time per back-to-back call; graph, device time. No re-tuning.")
-@click.option("--max-configs", default=16, show_default=True, type=click.IntRange(min=0),
-              help="expand: the most configs each op's value lists may multiply to (what "
-                   "FlagGems times on a key's first call), chosen for the least regret "
-                   "against each tuned shape's winner; 0 keeps the winners' union.")
-@click.option("--with-splitk", is_flag=True,
-              help="Also write mm_splitk (FlagGems 5.x's ConfigLoader has no such op).")
-@click.option("--allow-cpu", is_flag=True,
-              help="Allow CPU interpreter results under a GPU file name (e.g. "
-                   "mm_hopper_expand.yaml).")
-@click.option("--table", "table_path", type=click.Path(dir_okay=False, exists=True),
-              help="Convert this table file (`--format table`) to a FlagGems format instead "
-                   "of reading the database.")
+@selection_options
 @click.option("--merge", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="(table) Add the entries of this table (e.g. a runtime online cache, "
+              help="Add the entries of this table (e.g. a runtime online cache, "
                    "<expand>.online.yaml) for buckets the database lacks; repeatable.")
+@click.pass_obj
+@one_line_errors
+def export_table(db, output, device_selector, exact, launch, merge):
+    """The exact winners, one row per key, for tuner.runtime."""
+    from tuner.export import writers
+    from tuner.export.picks import Selection
+
+    writers.export_table(_existing(db).store, output, Selection(device_selector, exact, launch),
+                         merge)
+
+
+@export.command("expand")
+@output_option
+@db_option
+@selection_options
+@click.option("--max-configs", default=16, show_default=True, type=click.IntRange(min=0),
+              help="The most configs each op's value lists may multiply to (what FlagGems "
+                   "times on a key's first call), chosen for the least regret against each "
+                   "tuned shape's winner; 0 keeps the winners' union.")
+@flaggems_options
 @click.option("--time-missing", is_flag=True,
-              help="(expand) Time on this machine's device, beside each tuned shape's winner, "
-                   "the config the bounded lists answer it with where only the model priced "
-                   "it, then narrow again (at most 3 rounds); from a database the timings are "
+              help="Time on this machine's device, beside each tuned shape's winner, the "
+                   "config the bounded lists answer it with where only the model priced it, "
+                   "then narrow again (at most 3 rounds); from a database the timings are "
                    "stored as cross timings for later exports.")
 @backend_option
 @click.option("--devices", "devices_text", default=None, metavar="0,1,...",
@@ -316,17 +395,10 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
               help="(--time-missing) Seed of the inputs.")
 @click.pass_obj
 @one_line_errors
-def export(db, fmt, output, device_selector, exact, launch, max_configs, with_splitk,
-           allow_cpu, table_path, merge, time_missing, backend_name, devices_text, jobs,
-           compile_timeout_s, seed):
-    """Write the winners of one device as YAML for deployments: per kernel, the buckets of
-    its latest `tune buckets` decision if there is one, else every tuned key."""
-    if merge and (fmt != "table" or table_path is not None):
-        raise click.UsageError("--merge takes tables into a table export from the database: "
-                               "use it with --format table")
-    if time_missing and fmt != "expand":
-        raise click.UsageError("--time-missing times what a bounded expand file lacks: use it "
-                               "with --format expand")
+def export_expand(db, output, device_selector, exact, launch, max_configs, with_splitk,
+                  allow_cpu, table_path, time_missing, backend_name, devices_text, jobs,
+                  compile_timeout_s, seed):
+    """FlagGems' expand schema, each op's value lists bounded by --max-configs."""
     timing = None
     if time_missing:
         from tuner.tuning import Workers
@@ -334,23 +406,45 @@ def export(db, fmt, output, device_selector, exact, launch, max_configs, with_sp
         workers = Workers(backend_name, jobs, compile_timeout_s, _device_list(devices_text))
         devices = workers.check()  # before anything imports triton
 
-        from tuner.expand_timing import TimeMissing
+        from tuner.export.time_missing import TimeMissing
 
         timing = TimeMissing(workers, devices, seed)
+    from tuner.export.picks import Selection
+    from tuner.export.writers import EXPAND, FlagGemsOptions
 
-    from tuner.export import export_table
-    from tuner.export_flaggems import export_device_file, export_table_file
+    _write_flaggems(db, EXPAND, output, table_path, Selection(device_selector, exact, launch),
+                    FlagGemsOptions(max_configs, with_splitk, allow_cpu, timing))
+
+
+@export.command("tune-configs")
+@output_option
+@db_option
+@selection_options
+@flaggems_options
+@click.pass_obj
+@one_line_errors
+def export_tune_configs(db, output, device_selector, exact, launch, with_splitk, allow_cpu,
+                        table_path):
+    """The exact winners as FlagGems' tune_configs.yaml op list."""
+    from tuner.export.picks import Selection
+    from tuner.export.writers import TUNE_CONFIGS, FlagGemsOptions
+
+    _write_flaggems(db, TUNE_CONFIGS, output, table_path,
+                    Selection(device_selector, exact, launch),
+                    FlagGemsOptions(with_splitk=with_splitk, allow_cpu=allow_cpu))
+
+
+def _write_flaggems(db, fmt: str, output: str, table_path: str | None, selection,
+                    options) -> None:
+    """A FlagGems file (tuner.export.writers.FlagGemsOptions `options`) of the table file at
+    `table_path`, else of the database's picks (tuner.export.picks.Selection `selection`)."""
+    from tuner.export.writers import export_device_file, export_table_file
 
     if table_path is not None:
-        export_table_file(table_path, fmt, output, max_configs, with_splitk, allow_cpu,
-                          STDERR.note, time_missing=timing)
-    elif fmt == "table":
-        export_table(_existing(db).store, output, device_selector, exact, launch, STDERR.note,
-                     merge=merge)
+        export_table_file(table_path, fmt, output, options)
     else:
-        export_device_file(_existing(db).store, fmt, output, device_selector, exact, launch,
-                           STDERR.note, max_configs=max_configs, with_splitk=with_splitk,
-                           allow_cpu=allow_cpu, source=_safe_url(db.url), time_missing=timing)
+        export_device_file(_existing(db).store, fmt, output, selection, options,
+                           _safe_url(db.url))
 
 
 def _shown_url(url: str) -> str:
@@ -424,7 +518,7 @@ def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, back
 @main.command()
 @click.option("--config", "table_path", required=True, type=click.Path(dir_okay=False,
                                                                       exists=True),
-              help="The exported table (`tune export --format table`) to validate.")
+              help="The exported table (`tune export table`) to validate.")
 @click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
               help="Hold-out CSV: shapes the table was not tuned on.")
 @click.option("--trials", default=24, show_default=True, type=click.IntRange(min=1),

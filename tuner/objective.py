@@ -12,8 +12,15 @@ for the key. Back-to-back calls of a small GEMM are paced by the host, so by the
 cheap-to-issue tile could win while its kernel runs 10-20% behind cuBLAS's; that tile then
 loses wherever the GPU sets the pace: under CUDA graphs, and in a model whose other work
 keeps the GPU's queue full.
+
+Which measured config wins is decided here once, over measured records of any kind (stored
+trials or TrialResults: a `status` and the two figures), for the study's final re-timing
+(tuner.search.study), online tuning (tuner.execution.in_process) and the export's
+choice under the other launch mode (tuner.export.picks): `ranked` and `finalists`.
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 EAGER, GRAPH = "eager", "graph"
 LAUNCH_MODES = (EAGER, GRAPH)
@@ -23,6 +30,12 @@ FIGURES = {EAGER: "loop_ms", GRAPH: "p50_ms"}
 # How much slower than the key's fastest kernel an eager winner's kernel may be: about the
 # spread of one config's device time between trials.
 DEVICE_SLACK = 0.05
+# How many of the fastest configs are re-timed side by side before the winner is chosen.
+FINALISTS = 3
+# Eager calls within this fraction of the fastest are one call time: a host-bound call's loop
+# time is the host's, and host time per call swings by this much and more between loops of the
+# same code.
+CALL_NOISE = 0.10
 
 
 def call_ms(measured, launch: str) -> float | None:
@@ -47,3 +60,28 @@ def eligible(measured: list, launch: str) -> list:
         return list(measured)
     return [t for t in measured if t.p50_ms is not None
             and t.p50_ms <= fastest * (1 + DEVICE_SLACK)]
+
+
+def ranked(measured: Iterable, launch: str) -> list:
+    """The correct records that have the `launch` figure and that `launch` may choose among
+    (eligible), fastest call first (the given order on a tie): the first wins where nothing
+    is re-timed."""
+    timed = [m for m in measured if m.status == "ok" and call_ms(m, launch) is not None]
+    return sorted(eligible(timed, launch), key=lambda m: call_ms(m, launch))
+
+
+def finalists(measured: Iterable, launch: str, top: int = FINALISTS) -> list:
+    """The `top` records a final side-by-side re-timing compares, among those `launch` may
+    choose (ranked): the fastest by the mode's figure; for eager, first the fastest on the
+    device among those whose calls take the same time (within CALL_NOISE), then the next
+    fastest calls. When the host sets a call's pace, every config's call costs the same and
+    the kernel that finishes first leaves the GPU free sooner (and wins under graphs too),
+    where the loop figure alone would leave the choice to host noise."""
+    by_call = ranked(measured, launch)
+    if launch == GRAPH or not by_call:
+        return by_call[:top]
+    slowest_same = call_ms(by_call[0], launch) * (1 + CALL_NOISE)
+    same_call = sorted((m for m in by_call if call_ms(m, launch) <= slowest_same),
+                       key=lambda m: m.p50_ms)[:top]
+    taken = {id(m) for m in same_call}
+    return same_call + [m for m in by_call if id(m) not in taken][:top - len(same_call)]

@@ -17,10 +17,10 @@ def show_table(store, device_selector: str | None, failures: bool,
         return failures_table(store, device_selector)
     from rich.table import Table
 
-    from tuner.export import current_device_winners
+    from tuner.export.picks import current_device_winners
     from tuner.kernels.base import config_label
 
-    device, winners = current_device_winners(store, device_selector, reporter.note)
+    device, winners = current_device_winners(store, device_selector, reporter)
     table = Table(title=f"winners on {device.name} [{device.fingerprint}]")
     numbers = ("ms", "host µs", "TFLOP/s", "vs cuBLAS")
     for column in ("kernel", "tuned shape", "config", *numbers):

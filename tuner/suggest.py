@@ -7,13 +7,13 @@ format, with the prediction as provenance instead of measurements.
 """
 from __future__ import annotations
 
-import sys
-
-from tuner.execution.backends import DeviceInfo
-from tuner.export import Pick
+from tuner.devices import DeviceInfo
+from tuner.export.picks import Pick
+from tuner.formats.device import device_block
 from tuner.kernels import KERNELS
 from tuner.model.named_devices import device_and_spec
 from tuner.model.predict import DeviceSpec, predicted_tflops, rank_configs
+from tuner.reporting import STDERR, Reporter
 from tuner.search.planning import KeyPlan
 from tuner.space import SearchSpace
 
@@ -39,26 +39,19 @@ def suggested_picks(plans: list[KeyPlan], spaces: dict[str, SearchSpace],
 
 
 def model_device_block(info: DeviceInfo, spec: DeviceSpec) -> dict:
-    """The table's device block for suggestions: what was modelled, marked as such."""
-    return {"name": info.name, "fingerprint": "model", "compute_capability":
-            info.compute_capability, "sm_count": spec.sm_count, "driver": "none", "cuda": "none",
-            "torch": info.torch_version, "triton": info.triton_version,
-            "model": spec.name}
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
+    """The table's device header for suggestions: what was modelled, marked as such."""
+    return device_block(info, "model", sm_count=spec.sm_count, driver="none", cuda="none",
+                        model=spec.name)
 
 
 def write_suggestions(shapes: list, space_paths, device_name: str | None, fmt: str,
-                      output, note=_stderr) -> None:
+                      output, reporter: Reporter = STDERR) -> None:
     """`tune suggest`: write the model's config per planned key of the shapes to `output`, as
     the expand YAML (fmt "expand") or the table; notes name the keys it has none for."""
-    from tuner.export import table_document
-    from tuner.export_flaggems import expand_text
+    from tuner.export.writers import EXPAND, expand_text, table_document
+    from tuner.formats.files import write_atomic, write_text_atomic
     from tuner.kernels import kernel_for, source_hashes
     from tuner.objective import GRAPH
-    from tuner.runtime.table import write_atomic, write_text_atomic
     from tuner.search.planning import plan_studies
     from tuner.tuning import load_spaces
 
@@ -67,10 +60,10 @@ def write_suggestions(shapes: list, space_paths, device_name: str | None, fmt: s
     info, spec = device_and_spec(device_name)
     picks, missing = suggested_picks(plans, spaces, spec)
     for label in missing:
-        note(f"note: no modelled config for {label}")
-    if fmt == "expand":
+        reporter.note(f"note: no modelled config for {label}")
+    if fmt == EXPAND:
         write_text_atomic(output, expand_text(picks))
     else:  # the model predicts kernel time, with no host cost: a graph-mode choice
         write_atomic(output, table_document(model_device_block(info, spec), picks,
                                             source_hashes(), GRAPH))
-    note(f"wrote {len(picks)} suggested configs for {spec.name} to {output} ({fmt})")
+    reporter.note(f"wrote {len(picks)} suggested configs for {spec.name} to {output} ({fmt})")

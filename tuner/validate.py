@@ -15,12 +15,11 @@ from tuner.bucketing.job import distinct_shapes, percent
 from tuner.bucketing.search import weighted_geomean_regret
 from tuner.errors import UserError
 from tuner.execution.cross_timing import SideBySide, time_side_by_side
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS, kernel_for, source_hashes
 from tuner.kernels.base import config_label
+from tuner.kernels.calls import meta_gemm, runnable_config
 from tuner.objective import GRAPH
 from tuner.runtime import DEFAULT_CONFIGS, get_tuned_config
-from tuner.runtime.dispatch import runnable_config
 from tuner.shapes import Shape, load_shapes
 
 
@@ -91,8 +90,8 @@ def validate_table(db, table_path: str | Path, shapes_path: str | Path, trials: 
 
     workers: a tuner.tuning.Workers whose check() gave `devices` before triton was imported.
     """
-    from tuner.export import current_only
-    from tuner.runtime.table import write_text_atomic
+    from tuner.export.picks import current_only
+    from tuner.formats.files import write_text_atomic
     from tuner.search.budget import StudyBudget
     from tuner.search.planning import plan_studies
     from tuner.tuning import load_spaces, tune_plans

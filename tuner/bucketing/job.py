@@ -159,7 +159,7 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
     from rich.progress import Progress
 
     from tuner.execution.cross_timing import time_side_by_side
-    from tuner.export import current_device_winners
+    from tuner.export.picks import current_device_winners
     from tuner.kernels import KERNELS
 
     for name in candidates:
@@ -167,7 +167,7 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
     per_field = {f: tuple(candidates or DEFAULT_CANDIDATES) for f in SEARCHED_FIELDS}
     shapes = distinct_shapes(load_shapes(shapes_path))
     store = db.store
-    device, winners = current_device_winners(store, device_selector, reporter.note)
+    device, winners = current_device_winners(store, device_selector, reporter)
     members = exact_members(winners, shapes)
     by_kernel: dict[str, list] = {}
     for m in members:

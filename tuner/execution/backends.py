@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from tuner.devices import DeviceInfo
+from tuner.devices import DeviceInfo, gpu_info, interpreter_info
 from tuner.errors import UserError
-
-# Hopper's opt-in shared memory per block: the interpreter applies the same feasibility
-# check as an H100/H200, so a space behaves alike on both backends.
-HOPPER_SMEM_PER_BLOCK = 232448
 
 
 class NoGpuError(UserError, RuntimeError):
@@ -58,28 +53,10 @@ def visible_gpus() -> list[int]:
     return list(range(torch.cuda.device_count()))
 
 
-def _driver_version() -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return "unknown"
-
-
 def gpu_backend(index: int = 0) -> Backend:
     """The CUDA device `index` of this process."""
     require_gpu()
-    import triton
-
-    props = torch.cuda.get_device_properties(index)
-    smem = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
-    info = DeviceInfo(
-        name=props.name, compute_capability=f"{props.major}.{props.minor}",
-        sm_count=props.multi_processor_count, smem_per_block=smem, driver=_driver_version(),
-        cuda=torch.version.cuda or "unknown", torch_version=torch.__version__,
-        triton_version=triton.__version__)
-    return Backend("gpu", f"cuda:{index}", info)
+    return Backend("gpu", f"cuda:{index}", gpu_info(index))
 
 
 def interpreter_backend() -> Backend:
@@ -90,13 +67,7 @@ def interpreter_backend() -> Backend:
     """
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("TRITON_INTERPRET=1 must be set before triton is imported")
-    import triton
-
-    info = DeviceInfo(
-        name="cpu-interpreter", compute_capability="none", sm_count=os.cpu_count() or 1,
-        smem_per_block=HOPPER_SMEM_PER_BLOCK, driver="none", cuda="none",
-        torch_version=torch.__version__, triton_version=triton.__version__)
-    return Backend("interpret", "cpu", info)
+    return Backend("interpret", "cpu", interpreter_info())
 
 
 @functools.cache

@@ -6,7 +6,7 @@ config is first run alone through the executor, which checks it against the refe
 correct ones are then re-timed interleaved (Executor.retime: every round times each once, in
 rotating order), so that their ratios, the regrets, carry no clock or temperature drift.
 
-Configs run as the dispatcher would run them on the shape (tuner.runtime.dispatch.runnable_config):
+Configs run as the dispatcher would run them on the shape (tuner.kernels.calls.runnable_config):
 a padded config on a shape already aligned to its pad runs unpadded.
 """
 from __future__ import annotations
@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuner.execution.executor import Executor
-from tuner.execution.measure import meta_gemm
 from tuner.kernels.base import Kernel
+from tuner.kernels.calls import meta_gemm, runnable_config
 from tuner.objective import GRAPH
-from tuner.runtime.dispatch import runnable_config
 from tuner.shapes import Shape
 from tuner.statuses import TrialStatus
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from tuner.devices import DeviceInfo
 from tuner.execution import measure as execution
-from tuner.execution.backends import DeviceInfo
 from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.execution.workers import TaskFailed, Worker, WorkerLost

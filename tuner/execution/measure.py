@@ -32,6 +32,7 @@ from tuner.execution.timing import (
 from tuner.execution.workers import is_sticky_cuda_error, one_line
 from tuner.kernels import KERNELS
 from tuner.kernels.base import Gemm, Kernel
+from tuner.kernels.calls import fp8_scales, laid_out, meta_gemm
 from tuner.kernels.launches import prepare
 from tuner.objective import GRAPH
 from tuner.shapes import Shape
@@ -64,16 +65,6 @@ class TrialResult:
         return asdict(self)
 
 
-def _laid_out(shape: Shape, allocate) -> tuple[torch.Tensor, torch.Tensor]:
-    """A (M×K) and B (K×N) in the shape's layout: a `t` operand is the transposed view of
-    storage allocated the other way round. allocate(dims) makes the storage."""
-    def operand(rows, cols, transposed):
-        return allocate((cols, rows)).t() if transposed else allocate((rows, cols))
-
-    return (operand(shape.M, shape.K, shape.layout[0] == "t"),
-            operand(shape.K, shape.N, shape.layout[1] == "t"))
-
-
 def random_operands(shape: Shape, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Fresh random A and B in the shape's dtype and layout.
 
@@ -81,7 +72,7 @@ def random_operands(shape: Shape, device: str, seed: int) -> tuple[torch.Tensor,
     """
     gen = torch.Generator(device=device).manual_seed(seed)
     dtype = DTYPES[shape.dtype].torch
-    return _laid_out(shape, lambda dims: torch.randn(dims, generator=gen, device=device,
+    return laid_out(shape, lambda dims: torch.randn(dims, generator=gen, device=device,
                                                      dtype=torch.float32).to(dtype))
 
 
@@ -91,19 +82,12 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (diff / torch.linalg.vector_norm(ref).clamp_min(1e-300)).item()
 
 
-def _scales(shape: Shape, allocate) -> dict:
-    """scale_a and scale_b for an fp8 shape (none otherwise), from allocate(value)."""
-    if not DTYPES[shape.dtype].scaled:
-        return {}
-    return dict(scale_a=allocate(0.75), scale_b=allocate(1.5))
-
-
 def random_gemm(shape: Shape, device: str, seed: int) -> Gemm:
     """A GEMM of the shape on fresh random operands, with an uninitialised output (and fixed
     scales for fp8, where random inputs already exercise every code path)."""
     a, b = random_operands(shape, device, seed)
     out = torch.empty((shape.M, shape.N), dtype=DTYPES[shape.dtype].out, device=device)
-    return Gemm(a, b, out, **_scales(shape, lambda v: torch.tensor([v], device=device)))
+    return Gemm(a, b, out, **fp8_scales(shape, lambda v: torch.tensor([v], device=device)))
 
 
 def reference(gemm: Gemm) -> torch.Tensor:
@@ -113,18 +97,6 @@ def reference(gemm: Gemm) -> torch.Tensor:
         a, b = a * gemm.scale_a.double(), b * gemm.scale_b.double()
     ref = a @ b
     return ref if gemm.bias is None else ref + gemm.bias.double()
-
-
-def meta_gemm(shape: Shape) -> Gemm:
-    """The shape's GEMM on meta tensors (shapes, strides, dtype; no data): what a compile and
-    a feasibility check need."""
-    dtype = DTYPES[shape.dtype]
-
-    def allocate(dims, like=dtype.torch):
-        return torch.empty(dims, dtype=like, device="meta")
-
-    return Gemm(*_laid_out(shape, allocate), allocate((shape.M, shape.N), dtype.out),
-                **_scales(shape, lambda v: allocate((1,), torch.float32)))
 
 
 def timing_sets(shape: Shape, device: str, seed: int) -> list[Gemm]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from tuner.execution.backends import HOPPER_SMEM_PER_BLOCK, DeviceInfo
+from tuner.devices import HOPPER_SMEM_PER_BLOCK, DeviceInfo, gpu_info
 from tuner.model.predict import DeviceSpec, device_spec
 
 DEFAULT_DEVICE = "NVIDIA H100 80GB HBM3"
@@ -20,8 +20,7 @@ def named_device(name: str | None) -> DeviceInfo:
 
     A name the model does not know is modelled as a Hopper part with 132 SMs."""
     if name is None and torch.cuda.is_available():
-        from tuner.execution.backends import gpu_backend
-        return gpu_backend(0).info
+        return gpu_info(0)
     return DeviceInfo(name=name or DEFAULT_DEVICE, compute_capability="9.0", sm_count=132,
                       smem_per_block=HOPPER_SMEM_PER_BLOCK, driver="none", cuda="none",
                       torch_version=str(torch.__version__),

@@ -45,8 +45,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from tuner.devices import DeviceInfo
 from tuner.dtypes import DTYPES
-from tuner.execution.backends import DeviceInfo
 from tuner.kernels.mma import TileOperands
 from tuner.model.tiles import LAUNCH_S, Operands, dram_seconds
 from tuner.shapes import Shape
@@ -289,7 +289,7 @@ def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
     keeps the 300,000-config mm space to a few seconds. Without k every config is checked
     (several seconds more). Variants the model does not know are left out.
     """
-    from tuner.execution.measure import meta_gemm  # imports the Triton kernels: not at module level
+    from tuner.kernels.calls import meta_gemm  # imports the Triton kernels: not at module level
 
     gemm = meta_gemm(shape)
     limit = smem_limit or spec.smem_per_block

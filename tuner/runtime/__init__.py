@@ -1,26 +1,12 @@
 """The deployment side: which config to launch for a GEMM, from an exported table.
 
-`get_tuned_config` answers a key (op, M, N, K, dtype, row strides) by the first of:
-
-- `table`: the entry of its bucket (bucket_key under the op's strategy, as the export keyed
-  them), as it is: the dispatcher checks that it can run the call;
-- `nearest`: among the configs that can run the key, of the NEAREST_BUCKETS tuned buckets of
-  the same op and dtype closest in log2 of M, N and K (no farther than
-  MAX_NEIGHBOUR_OCTAVES) and their entries' alternates: where the closest of them was tuned
-  to cuBLAS, cuBLAS (as that neighbour's answer); else the tile the analytical model
-  predicts fastest, its rating calibrated by what each neighbour measured, or a variation
-  of one that suits the key better, where predicted VARIATION_MARGIN faster, or cuBLAS where
-  predicted VARIATION_MARGIN faster than both (tuner.runtime.fallback). A tile twice the
-  key's M or N (past MIN_BLOCK) does not answer. A config measured fast at a neighbouring
-  size is a far better guess than a generic one;
-- `cublas`: torch's own GEMM (CUBLAS_CONFIG) where no tuned config is to be trusted: no
-  runnable neighbour is near enough, no neighbour's tile fits the key, or the table has no
-  entry of the op (or of the dtype, and the model has no better pick);
-- `nearest` from farther neighbours, where cuBLAS cannot run the key (fp8 in another layout
-  than torch._scaled_mm's);
-- `model`: for a dtype the op has no entry of, the model's pick among the values the op's
-  tuned configs use;
-- `default`: DEFAULT_CONFIGS[op], where nothing above can run the key.
+`get_tuned_config` answers a key (op, M, N, K, dtype, row strides) from the file loaded for
+its path, a table source (tuner.runtime.source states what every answer promises). Our table
+answers a new key by the first step of its fallback policy that has an answer: `table` (the
+key's bucket), `nearest` (tuned neighbours' configs, the model choosing), `model` (the model's
+pick for a dtype without entries), `cublas`, `default`; the answer's `.source` names the step
+(tuner.runtime.policy lists them in full). A config measured fast at a neighbouring size is a
+far better guess than a generic one, and cuBLAS a better one than a tile nothing vouches for.
 
 A key answered by the default, or by cuBLAS for want of any entry of its op and dtype, gets
 one RuntimeWarning; with TUNE_LOG=1 each key's answer is logged once to the "tuner.runtime"
@@ -31,14 +17,17 @@ gets one config of its op's product of value lists, the model's pick (`expand-mo
 with TUNE_ONLINE=1, the winner of timing the candidates once, remembered in a cache table
 that processes share (`expand-online`; tuner.runtime.expand and tuner.runtime.online).
 
-The modules: `table` (the file format, read and written), `lookup` (loading, the memo, the
-order above), `expand` and `online` (expand files and their online cache), `fallback` (its
-model-driven parts), `runnable` (whether a config can run a key), `answer` (TunedConfig and
-the fixed answers), `dispatch` (tuner.matmul/linear; imported only on use, it needs torch and
-Triton). Deployments need neither optuna nor sqlalchemy: the
-package never imports tuner.export or tuner.db (tests/test_architecture.py). Fallback
+The files' formats are tuner.formats' (`table`, `flaggems`). The modules: `source` (the
+contract of a loaded file), `lookup` (loading, the memo, our table), `policy` (the fallback's
+steps, in order), `fallback` (its model-driven parts), `expand` and `online` (expand files and
+their online cache), `runnable` (whether a config can run a key), `answer` (TunedConfig and the
+fixed answers), `dispatch` (tuner.matmul/linear; imported only on use, it needs torch and
+Triton). Deployments need neither optuna nor sqlalchemy: the package imports none of the tuning
+side (tuner.execution, tuner.search, tuner.export, tuner.db) but online tuning's one door,
+tuner.execution.in_process, opened on first need (tests/test_architecture.py). Fallback
 constants are read from tuner.runtime.fallback: set them there.
 """
+from tuner.formats.table import TABLE_FORMAT, Measurement
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.fallback import (
     MAX_NEIGHBOUR_OCTAVES,
@@ -48,18 +37,18 @@ from tuner.runtime.fallback import (
 )
 from tuner.runtime.lookup import (
     ENV_VAR,
-    LOG_ENV_VAR,
     OpTable,
     TunedTable,
     clear_cache,
     get_tuned_config,
     get_tuned_config_without,
 )
-from tuner.runtime.table import TABLE_FORMAT, Measurement
+from tuner.runtime.source import LOG_ENV_VAR, TableSource
 
 __all__ = [
     "CUBLAS", "CUBLAS_CONFIG", "DEFAULT_CONFIGS", "ENV_VAR", "LOG_ENV_VAR",
     "MAX_NEIGHBOUR_OCTAVES", "MIN_BLOCK", "NEAREST_BUCKETS", "TABLE_FORMAT",
-    "VARIATION_MARGIN", "Measurement", "OpTable", "TunedConfig", "TunedTable", "clear_cache",
+    "VARIATION_MARGIN", "Measurement", "OpTable", "TableSource", "TunedConfig", "TunedTable",
+    "clear_cache",
     "get_tuned_config", "get_tuned_config_without",
 ]

@@ -30,8 +30,8 @@ import torch
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for, launches
 from tuner.kernels.base import Gemm, Kernel
+from tuner.kernels.calls import runnable_config
 from tuner.kernels.launches import Prepared, Repeated
-from tuner.kernels.padding import pad_changes_nothing
 from tuner.runtime import fastpath, lookup
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS
 from tuner.runtime.lookup import get_tuned_config
@@ -77,18 +77,6 @@ def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
                       f"({reason}); using {fallback.source}", RuntimeWarning, stacklevel=4)
         config = fallback
     return kernel, config
-
-
-def runnable_config(kernel: Kernel, config: Mapping, gemm: Gemm) -> tuple[Mapping, str | None]:
-    """The config as this call runs it, and None; or why the kernel cannot run it here.
-
-    A padded config on operands already aligned to its pad runs unpadded (an aligned
-    bucket-mate of a padded shape needs no copies). `tune buckets` and `tune validate` time
-    configs through this too, so they measure what deployments launch.
-    """
-    if config["pad"] and pad_changes_nothing(gemm, config["pad"]):
-        config = {**config, "pad": 0}
-    return config, kernel.unsupported(config, gemm)
 
 
 def _call(gemm: Gemm) -> _Call:

@@ -1,4 +1,4 @@
-"""Answering keys from a FlagGems expand file (tuner.export_flaggems' `expand` format)
+"""Answering keys from a FlagGems expand file (tuner.formats.flaggems; `tune export expand`)
 instead of our table: every bucketed key gets one config of its op's Cartesian product of
 value lists.
 
@@ -30,51 +30,36 @@ the file lacks answers cuBLAS (warned), as a table without the op does.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
-import re
-import sys
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from functools import cached_property
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, BucketingError, bucket_key
+from tuner.formats.device import header_device
+from tuner.formats.flaggems import (
+    GEMV_OP,
+    MM_OP,
+    REFERENCE_MATMUL,
+    SPLITK_OP,
+    op_bodies,
+    read_op,
+)
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
-from tuner.runtime.runnable import runnability, shape_of
+from tuner.runtime.policy import CUBLAS_STEP, DEFAULT_STEP, Policy, Question, Step
+from tuner.runtime.runnable import shape_of
+from tuner.runtime.source import TableSource
 
 ONLINE_ENV_VAR = "TUNE_ONLINE"
-LOG_ENV_VAR = "TUNE_LOG"  # lookup.LOG_ENV_VAR (not imported: lookup imports this module)
 MODEL, ONLINE = "expand-model", "expand-online"
 
 # Per our op: the FlagGems ops whose products answer it, each with the variants its configs
 # run as (the first that can run the key). The first op present gives the bucketing.
 SOURCES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    "mm": (("mm_general_tma", ("tma", "general")), ("matmul", ("tma", "general")),
-           ("mm_splitk", ("splitk",))),
-    "gemv": (("gemv", ("gemv",)),),
+    "mm": ((MM_OP, ("tma", "general")), (REFERENCE_MATMUL, ("tma", "general")),
+           (SPLITK_OP, ("splitk",))),
+    "gemv": ((GEMV_OP, ("gemv",)),),
 }
-# FlagGems' strategy for a key field the file's strategy leaves out.
-DEFAULT_FIELD_STRATEGY = {**dict.fromkeys(KEY_FIELDS, "align32"), "dtype": "default"}
-_LAUNCH_OPTIONS = ("num_stages", "num_warps")
-_DEVICE_COMMENT = re.compile(r"^#\s*device\s*[:=]\s*(?P<name>[^;,(\n]*[^;,(\s])", re.I | re.M)
-
-_LOG = logging.getLogger("tuner.runtime")
-
-
-def is_expand_document(doc: object) -> bool:
-    """Whether a YAML document is an expand file: op names mapping to lists that hold a dict
-    with a `param_map` (and no table `format`)."""
-    if not isinstance(doc, dict) or "format" in doc or not doc:
-        return False
-    return any(isinstance(body, list) and any(isinstance(part, dict) and "param_map" in part
-                                              for part in body)
-               for body in doc.values())
-
-
-def header_device(text: str) -> str | None:
-    """The device a `# device: NAME` comment line of the file names, or None."""
-    match = _DEVICE_COMMENT.search(text)
-    return match["name"].strip() if match else None
 
 
 class ExpandOp:
@@ -82,21 +67,10 @@ class ExpandOp:
     bucketing strategy (every KEY_FIELDS field)."""
 
     def __init__(self, name: str, body: list):
-        gen = next((p for p in body if isinstance(p, dict) and "param_map" in p), None)
-        strategy = next((p["strategy"] for p in body if isinstance(p, dict)
-                         and isinstance(p.get("strategy"), dict)), {})
-        if gen is None:
-            raise ValueError(f"{name}: no element with a param_map")
-        param_map = gen["param_map"] or {}
-        names = {**(param_map.get("META") or {}),
-                 **{p: param_map[p] for p in _LAUNCH_OPTIONS if p in param_map}}
+        lists = read_op(name, body)
         self.name = name
-        self.values: dict[str, list] = {}
-        for ours, list_name in names.items():
-            values = gen.get(list_name)
-            if values is not None:
-                self.values[ours] = list(values) if isinstance(values, list) else [values]
-        self.strategy = {f: str(strategy.get(f, DEFAULT_FIELD_STRATEGY[f])) for f in KEY_FIELDS}
+        self.values: dict[str, list] = dict(lists.lists)
+        self.strategy: dict[str, str] = dict(lists.strategy)
 
     def product(self, variant: str, params: tuple[str, ...], defaults: Mapping) -> list[dict]:
         """The configs of the product of the lists for a variant with these parameters (a
@@ -120,37 +94,83 @@ class ExpandOp:
         return count
 
 
-class ExpandTable:
-    """A loaded expand file answering keys (lookup.get_tuned_config finds it as it finds a
-    TunedTable: `memo` and `lookup`)."""
+class ExpandQuestion(Question):
+    """A key asked of an expand file: the bucket it falls in, and the op's product ranked for
+    it, each worked out on first need."""
+
+    source: ExpandTable
+
+    @cached_property
+    def strategy(self) -> dict[str, str] | None:
+        return self.source.strategy(self.op)
+
+    @cached_property
+    def bucket(self) -> tuple | None:
+        """The key's bucket under the op's strategy; None for an op the file lacks."""
+        return None if self.strategy is None else bucket_key(self.key, self.strategy)
+
+    @cached_property
+    def ranked(self) -> list[dict]:
+        """The op's product as configs that can run the key, predicted fastest first."""
+        if self.bucket is None:
+            return []
+        return self.source.ranked(self.key, self.source.candidates(self.op, self.key,
+                                                                   self.excluded))
+
+
+def _online(question: ExpandQuestion) -> TunedConfig | None:
+    """With TUNE_ONLINE=1: the online cache's config of the key's bucket, else the winner of
+    timing the model's top candidates beside cuBLAS, written to the cache.
+
+    cuBLAS is timed beside the product, as in every study (kernels/cublas.py): a FlagGems space
+    narrowed for Triton must not make our call slower than torch's."""
+    online = question.source.online
+    if online is None or question.bucket is None:
+        return None
+    hit = online.lookup(question.op, question.key, question.strategy)
+    if hit is not None and question.allowed(hit):
+        return TunedConfig(hit, ONLINE, question.bucket)
+    if not question.ranked:
+        return None
+    top = question.ranked[:online.top_k()]
+    if question.cublas is not None:
+        top.append(dict(CUBLAS_CONFIG))
+    won = online.tune(question.op, question.key, question.strategy, top, question.excluded)
+    return None if won is None else TunedConfig(won, ONLINE, question.bucket)
+
+
+def _model(question: ExpandQuestion) -> TunedConfig | None:
+    """The model's pick among the op's product."""
+    return TunedConfig(question.ranked[0], MODEL, question.bucket) if question.ranked else None
+
+
+EXPAND_POLICY = Policy((Step(ONLINE, _online), Step(MODEL, _model), CUBLAS_STEP, DEFAULT_STEP))
+
+
+class ExpandTable(TableSource):
+    """A loaded expand file, answering new keys by EXPAND_POLICY; a later key of a bucket
+    gets the bucket's first answer where it can run it."""
+
+    policy = EXPAND_POLICY
 
     def __init__(self, path: Path, doc: Mapping, text: str = ""):
-        self.path = path
-        self.device_name = header_device(text)
-        self.memo: dict[tuple, TunedConfig] = {}
+        super().__init__(path, header_device(text))
         # Per (op, bucket, excluded variants): the answer of the bucket's first key.
         self.by_bucket: dict[tuple, TunedConfig] = {}
-        self.log = os.environ.get(LOG_ENV_VAR) == "1"
-        if self.log and not _LOG.hasHandlers():
-            _LOG.addHandler(logging.StreamHandler(sys.stderr))
-            if _LOG.level == logging.NOTSET:
-                _LOG.setLevel(logging.INFO)
         self.expand_ops: dict[str, ExpandOp] = {}
-        for name, body in doc.items():
-            if isinstance(body, list) and any(isinstance(p, dict) and "param_map" in p
-                                              for p in body):
-                try:
-                    self.expand_ops[name] = ExpandOp(name, body)
-                except (ValueError, TypeError, AttributeError) as e:
-                    raise ValueError(f"gemm-tuner expand file {path}: {e}") from None
+        for name, body in op_bodies(doc).items():
+            try:
+                self.expand_ops[name] = ExpandOp(name, body)
+            except (ValueError, TypeError, AttributeError) as e:
+                raise ValueError(f"gemm-tuner expand file {path}: {e}") from None
         # Per our op: [(expand op, its variants)], the first giving the strategy.
         self.sources: dict[str, list[tuple[ExpandOp, tuple[str, ...]]]] = {}
         for op, sources in SOURCES.items():
             present = [(self.expand_ops[name], variants) for name, variants in sources
                        if name in self.expand_ops]
             if op == "mm":  # mm_general_tma and matmul are one path for two consumers
-                general = [s for s in present if s[0].name != "mm_splitk"][:1]
-                present = general + [s for s in present if s[0].name == "mm_splitk"]
+                general = [s for s in present if s[0].name != SPLITK_OP][:1]
+                present = general + [s for s in present if s[0].name == SPLITK_OP]
             if present:
                 self.sources[op] = present
         try:
@@ -164,7 +184,6 @@ class ExpandTable:
             from tuner.runtime.online import OnlineCache
 
             self.online = OnlineCache.beside(path)
-        self._runnability: dict[str, Callable | None] = {}
         self._spec = None
 
     def strategy(self, op: str) -> dict[str, str] | None:
@@ -172,64 +191,24 @@ class ExpandTable:
         sources = self.sources.get(op)
         return None if not sources else sources[0][0].strategy
 
-    def lookup(self, raw: tuple, excluded: frozenset[str] = frozenset()) -> TunedConfig:
-        """Answer a raw key seen for the first time (as TunedTable.lookup) and memoise it."""
-        op, key = raw[0], dict(zip(KEY_FIELDS, raw[1:1 + len(KEY_FIELDS)]))
-        config = self._answer(op, key, excluded)
-        if config.source in ("default", "cublas"):
-            warnings.warn(f"gemm-tuner: no {op} config of {self.path} can run {key}; using "
-                          f"{config.source} {dict(config)}", RuntimeWarning, stacklevel=3)
-        self.memo[raw] = config
-        if self.log:
-            _LOG.info("gemm-tuner: %s M=%s N=%s K=%s %s strides %s,%s -> %s bucket %s from "
-                      "%s", op, key["M"], key["N"], key["K"], key["dtype"], key["stride_am"],
-                      key["stride_bk"], config.source, config.bucket, self.path)
+    def answer(self, op: str, key: dict, excluded: frozenset[str]) -> TunedConfig:
+        question = ExpandQuestion(self, op, key, excluded)
+        if question.bucket is None:
+            return self.policy.answer(question)
+        remembered = (op, question.bucket, excluded)
+        known = self.by_bucket.get(remembered)
+        if known is not None and question.allowed(known):
+            return known
+        config = self.policy.answer(question)
+        if known is None and config.source in (ONLINE, MODEL):
+            self.by_bucket[remembered] = config
         return config
 
-    def _answer(self, op: str, key: dict, excluded: frozenset[str]) -> TunedConfig:
-        strategy = self.strategy(op)
-        runnable = self._runnable(op, key)
-        if strategy is None:
-            return self._last_resort(op, runnable, excluded)
-        bucket = bucket_key(key, strategy)
-        known = self.by_bucket.get((op, bucket, excluded))
-        if known is not None and runnable(known):
-            return known
-        answer = None
-        if self.online is not None:
-            hit = self.online.lookup(op, key, strategy)
-            if hit is not None and hit["variant"] not in excluded and runnable(hit):
-                answer = TunedConfig(hit, ONLINE, bucket)
-        if answer is None:
-            candidates = self.candidates(op, key, excluded)
-            if not candidates:
-                return self._last_resort(op, runnable, excluded)
-            if self.online is not None:
-                # cuBLAS is timed beside the product, as in every study (kernels/cublas.py):
-                # a FlagGems space narrowed for Triton must not make our call slower than
-                # torch's. The model's top configs come first; cuBLAS is always timed.
-                top = self._ranked(key, candidates)[:self.online.top_k()]
-                if CUBLAS_CONFIG["variant"] not in excluded and runnable(CUBLAS_CONFIG):
-                    top.append(dict(CUBLAS_CONFIG))
-                won = self.online.tune(op, key, strategy, top, excluded)
-                if won is not None:
-                    answer = TunedConfig(won, ONLINE, bucket)
-            if answer is None:
-                answer = TunedConfig(self._ranked(key, candidates)[0], MODEL, bucket)
-        if known is None:
-            self.by_bucket[(op, bucket, excluded)] = answer
-        return answer
-
-    def _last_resort(self, op: str, runnable, excluded: frozenset[str]) -> TunedConfig:
-        if CUBLAS_CONFIG["variant"] not in excluded and runnable(CUBLAS_CONFIG):
-            return CUBLAS_CONFIG
-        return DEFAULT_CONFIGS[op]
-
-    def _runnable(self, op: str, key: dict) -> Callable[[Mapping], bool]:
-        if op not in self._runnability:
-            self._runnability[op] = runnability(op)
-        on = self._runnability[op]
-        return on(key) if on is not None else (lambda config: True)
+    def shortfall(self, op: str, key: dict, config: TunedConfig) -> str | None:
+        """cuBLAS or the default: no config of the file can run the key."""
+        if config.source in ("default", "cublas"):
+            return f"gemm-tuner: no {op} config of {self.path} can run {key}"
+        return None
 
     @property
     def spec(self):
@@ -245,12 +224,12 @@ class ExpandTable:
         """The op's product as configs that can run the key, in file order, each once: per
         source, the first of its variants the kernel lets run the key's operands, and of
         its configs those the kernel finds feasible there (shared memory, registers)."""
-        from tuner.execution.measure import meta_gemm
         from tuner.kernels import KERNELS
+        from tuner.kernels.calls import meta_gemm
 
         kernel = KERNELS[op]
         gemm = meta_gemm(shape_of(key))
-        runnable = self._runnable(op, key)
+        runnable = self.runnable(op, key)
         smem_limit = self.online.smem_limit() if self.online is not None \
             else self.spec.smem_per_block
         configs: dict[tuple, dict] = {}
@@ -268,7 +247,7 @@ class ExpandTable:
                     break
         return list(configs.values())
 
-    def _ranked(self, key: dict, configs: list[dict]) -> list[dict]:
+    def ranked(self, key: dict, configs: list[dict]) -> list[dict]:
         """The configs, predicted fastest first on the key (tuner.model.predict; the file's
         order on a tie)."""
         from tuner.model.predict import predicted_or_inf

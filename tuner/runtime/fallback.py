@@ -1,9 +1,9 @@
-"""The fallback policy's parts, for a key the table has no entry of: which neighbouring
-entries' configs may answer it (`nearest`), their variations that suit the key better
-(`variation_maker`), the model's choice among them calibrated by what the neighbours
+"""The fallback policy's model-driven parts, for a key the table has no entry of: which
+neighbouring entries' configs may answer it (`nearest`), their variations that suit the key
+better (`variation_maker`), the model's choice among them calibrated by what the neighbours
 measured, or cuBLAS where the model predicts it clearly faster (`fastest_predicted`), and the
-model's own pick where no entry of the key's dtype exists (`model_picker`).
-tuner.runtime.lookup decides which of them to ask, in what order.
+model's own pick where no entry of the key's dtype exists (`model_picker`). `ModelParts` holds
+a table's, each built on first need; tuner.runtime.policy decides which to ask, in what order.
 
 The model, the kernels and torch are imported on first need: a table hit needs none of them.
 The constants are what benchmarks/fallback_pool.py, benchmarks/nearest_fallback.py,
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING
 
+from tuner.formats.table import Measurement
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, TunedConfig
 from tuner.runtime.runnable import shape_of
-from tuner.runtime.table import Measurement
 from tuner.space import config_signature
 
 if TYPE_CHECKING:
@@ -315,3 +316,38 @@ def model_picker(op: str, configs: list[Mapping], device_name: str | None,
         return TunedConfig(ranked[0][1], "model") if ranked else None
 
     return pick
+
+
+class ModelParts:
+    """What a table's fallback steps ask of the model and the kernels, each part built on
+    first need and kept for the table's life: the model's choice among candidates
+    (`fastest`), their variations (per op) and the model's pick (per op and excluded
+    variants). A part whose imports fail is None, and the steps do without it."""
+
+    def __init__(self, device_name: str | None):
+        self.device_name = device_name
+        self._variation_makers: dict[str, Callable | None] = {}
+        self._pickers: dict[tuple[str, frozenset[str]],
+                            Callable[[Mapping], TunedConfig | None] | None] = {}
+
+    @cached_property
+    def fastest(self) -> Callable[..., TunedConfig] | None:
+        """fastest_predicted for the table's device."""
+        return fastest_predicted(self.device_name)
+
+    def variations(self, op: str, key: Mapping, candidates: list,
+                   allowed: Callable[[Mapping], bool]) -> list:
+        """The candidates' variations for the key (variation_maker)."""
+        if op not in self._variation_makers:
+            self._variation_makers[op] = variation_maker(op, self.device_name)
+        make = self._variation_makers[op]
+        return [] if make is None else make(key, candidates, allowed)
+
+    def pick(self, op: str, configs: list[Mapping], key: Mapping, excluded: frozenset[str]
+             ) -> TunedConfig | None:
+        """The model's pick for the key among the values the op's `configs` use
+        (model_picker), or None."""
+        if (op, excluded) not in self._pickers:
+            self._pickers[op, excluded] = model_picker(op, configs, self.device_name, excluded)
+        pick_for = self._pickers[op, excluded]
+        return pick_for(key) if pick_for is not None else None

@@ -1,40 +1,34 @@
 """Loading tables and answering keys: `get_tuned_config` and its memo.
 
-A table is loaded once per path; after that a call is one dict lookup on the raw key (the
-first sight of a key answers it, `TunedTable.lookup`, and memoises the answer), since the
-dispatcher asks on every new call signature and host time decides decode shapes
-(benchmarks/lookup_latency.py measures a hit). `TunedTable._answer` decides which source
-answers a key, in the order tuner.runtime's docstring gives; tuner.runtime.fallback supplies
-the parts that need the model or the kernels, each loaded on first need.
+A file is loaded once per path, as a table source (tuner.runtime.source); after that a call is
+one dict lookup on the raw key (the first sight of a key answers it, `TableSource.lookup`, and
+memoises the answer), since the dispatcher asks on every new call signature and host time
+decides decode shapes (benchmarks/lookup_latency.py measures a hit). Our table answers a new
+key by the fallback policy (tuner.runtime.policy); tuner.runtime.fallback supplies the parts
+that need the model or the kernels, each loaded on first need.
 """
 from __future__ import annotations
 
-import logging
 import math
 import os
-import sys
-import warnings
 from collections.abc import Callable, Iterable, Mapping
-from functools import cached_property
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, BucketingError, bucket_key
-from tuner.runtime import fallback
-from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
-from tuner.runtime.runnable import runnability
-from tuner.runtime.table import (
+from tuner.formats.table import (
     Measurement,
     TableError,
     is_table_document,
     read_document,
     read_table,
 )
-from tuner.space import config_signature
+from tuner.runtime import fallback
+from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
+from tuner.runtime.policy import TABLE_POLICY, Question
+from tuner.runtime.source import TableSource
 
 ENV_VAR = "TUNE_CONFIG"
-LOG_ENV_VAR = "TUNE_LOG"
 
-_LOG = logging.getLogger("tuner.runtime")
 _DTYPE_FIELD = KEY_FIELDS.index("dtype")
 _SIZE_FIELDS = tuple(KEY_FIELDS.index(f) for f in ("M", "N", "K"))
 
@@ -48,6 +42,8 @@ class OpTable:
         # Every entry's config, in file order: what the model's space is narrowed to.
         self.configs = [entry["config"] for entry in body["entries"]]
         self.by_bucket: dict[tuple, TunedConfig] = {}
+        # Per bucket: its entry's alternates, the runners-up measured on the bucket itself.
+        self.alternates: dict[tuple, tuple[TunedConfig, ...]] = {}
         # Per bucket whose entry says what it measured: what calibrates the model near it.
         self.measured: dict[tuple, Measurement] = {}
         # Per dtype, in file order: (log sizes, the entry's config and its alternates, each
@@ -56,6 +52,8 @@ class OpTable:
         for entry in body["entries"]:
             bucket = bucket_key(entry["key"], self.strategy)
             self.by_bucket[bucket] = TunedConfig(entry["config"], "table", bucket)
+            self.alternates[bucket] = tuple(TunedConfig(config, "table", bucket)
+                                            for config in entry.get("alternates", ()))
             measurement = Measurement.of(entry)
             if measurement is not None:
                 self.measured[bucket] = measurement
@@ -67,6 +65,10 @@ class OpTable:
     def exact(self, key: Mapping[str, object]) -> TunedConfig | None:
         """The config of the key's bucket, if the table has it."""
         return self.by_bucket.get(bucket_key(key, self.strategy))
+
+    def exact_alternates(self, key: Mapping[str, object]) -> tuple[TunedConfig, ...]:
+        """The alternates of the key's bucket, in the entry's order (none without an entry)."""
+        return self.alternates.get(bucket_key(key, self.strategy), ())
 
     def has_dtype(self, dtype: str) -> bool:
         """Whether the op has an entry of this dtype (else only the model's pick answers)."""
@@ -81,41 +83,19 @@ class OpTable:
                                 max_octaves)
 
 
-def _show_log_lines() -> None:
-    """Make TUNE_LOG's INFO lines visible where logging was never configured: one stderr
-    handler on our logger, attached only when no handler would receive them otherwise."""
-    if not _LOG.hasHandlers():
-        _LOG.addHandler(logging.StreamHandler(sys.stderr))
-        if _LOG.level == logging.NOTSET:
-            _LOG.setLevel(logging.INFO)
+class TunedTable(TableSource):
+    """Our table file (or none: every key gets cuBLAS or its default), answering new keys by
+    the fallback policy (tuner.runtime.policy.TABLE_POLICY)."""
 
-
-class TunedTable:
-    """One loaded table file (or none: every key gets cuBLAS or its default), and its answers
-    so far."""
+    policy = TABLE_POLICY
 
     def __init__(self, path: Path | None, doc: object = None):
-        self.path = path
+        table = read_table(path, doc) if path is not None else None
+        super().__init__(path, table.device_name if table is not None else None)
         self.ops: dict[str, OpTable] = {}
-        self.device_name: str | None = None
-        # Per raw key (and, from get_tuned_config_without, the variants left out): the answer.
-        self.memo: dict[tuple, TunedConfig] = {}
-        # Per op and excluded variants, once the model was needed: its picker (None: the model
-        # cannot answer).
-        self.model_pickers: dict[tuple[str, frozenset[str]],
-                                 Callable[[Mapping], TunedConfig | None] | None] = {}
-        # Per op, once a key was answered from neighbours: its variation maker (None: no
-        # kernels).
-        self.variation_makers: dict[str, Callable | None] = {}
-        # Per op, once a key needed it: its runnability (None: no kernels).
-        self.runnability: dict[str, Callable[[Mapping], Callable[[Mapping], bool]] | None] = {}
-        self.log = os.environ.get(LOG_ENV_VAR) == "1"
-        if self.log:
-            _show_log_lines()
-        if path is None:
+        self.parts = fallback.ModelParts(self.device_name)
+        if table is None:
             return
-        table = read_table(path, doc)
-        self.device_name = table.device_name
         try:
             self.ops = {op: OpTable(body) for op, body in table.ops.items()}
         except BucketingError as e:  # e.g. a user strategy whose module this process lacks
@@ -124,145 +104,31 @@ class TunedTable:
             raise TableError(f"gemm-tuner table {path}: an entry the runtime cannot read "
                              f"({type(e).__name__}: {' '.join(str(e).split())})") from None
 
-    def lookup(self, raw: tuple, excluded: frozenset[str] = frozenset()) -> TunedConfig:
-        """Answer a raw key seen for the first time (the op, then KEY_FIELDS' values, then
-        anything else the memo tells apart), leaving out configs of the excluded variants, and
-        memoise the answer under `raw`."""
-        op, key = raw[0], dict(zip(KEY_FIELDS, raw[1:1 + len(KEY_FIELDS)]))
-        config = self._answer(op, key, excluded)
-        if config is None:
-            config = DEFAULT_CONFIGS[op]
+    def answer(self, op: str, key: dict, excluded: frozenset[str]) -> TunedConfig:
+        return self.policy.answer(Question(self, op, key, excluded))
+
+    def shortfall(self, op: str, key: dict, config: TunedConfig) -> str | None:
+        """The default, or cuBLAS for want of any entry of the op and dtype."""
         if config.source == "default" or (config is CUBLAS_CONFIG
                                           and not self._has_entries(op, key["dtype"])):
-            warnings.warn(f"gemm-tuner: no tuned {op} config for {key} in "
-                          f"{self.path or '(no table: set ' + ENV_VAR + ')'}; using "
-                          f"{config.source} {dict(config)}", RuntimeWarning, stacklevel=3)
-        self.memo[raw] = config
-        if self.log:
-            self._log_answer(op, key, config)
-        return config
+            return (f"gemm-tuner: no tuned {op} config for {key} in "
+                    f"{self.path or '(no table: set ' + ENV_VAR + ')'}")
+        return None
+
+    def where(self) -> str:
+        return super().where() if self.path else f"(no table: set {ENV_VAR})"
 
     def _has_entries(self, op: str, dtype: str) -> bool:
         return op in self.ops and self.ops[op].has_dtype(dtype)
 
-    def _answer(self, op: str, key: dict, excluded: frozenset[str]) -> TunedConfig | None:
-        """The answer of the first source that has one (tuner.runtime's docstring), None for
-        the default. The table's own entry needs no kernel: it answers before any is loaded."""
-        op_table = self.ops.get(op)
-        exact = op_table.exact(key) if op_table is not None else None
-        if exact is not None and exact["variant"] not in excluded:
-            return exact
-        allowed = self._allowed(op, key, excluded)
-        cublas = CUBLAS_CONFIG if allowed(CUBLAS_CONFIG) else None
-        if op_table is None or not op_table.by_bucket:
-            return cublas
-        if not op_table.has_dtype(key["dtype"]):
-            return self._modelled(op, key, allowed, excluded, cublas)
-        return self._from_neighbours(op_table, op, key, allowed, excluded, cublas)
-
-    def _from_neighbours(self, op_table: OpTable, op: str, key: dict,
-                         allowed: Callable[[Mapping], bool], excluded: frozenset[str],
-                         cublas: TunedConfig | None) -> TunedConfig | None:
-        """For a key whose dtype the op has entries of: cuBLAS where the closest neighbour
-        within MAX_NEIGHBOUR_OCTAVES was tuned to it, else those neighbours' configs (or cuBLAS
-        where the model predicts it clearly faster), else cuBLAS, else the neighbours farther
-        away, else the model's pick.
-
-        The closest neighbour's measurement decides between cuBLAS and Triton because the
-        model cannot: it misjudges their ratio by more than the few percent that usually part
-        them (benchmarks/fallback_pool.py), while which of the two wins changes slowly with the
-        shape. Among Triton configs the model's calibrated ranking is what chooses."""
-        trusted = op_table.nearest(key, allowed, fallback.MAX_NEIGHBOUR_OCTAVES)
-        if trusted and trusted[0]["variant"] == CUBLAS:
-            return trusted[0]
-        if trusted:
-            return self._fastest_of(op, key, trusted, allowed, cublas)
-        if cublas is not None:
-            return cublas
-        farther = op_table.nearest(key, allowed)
-        if farther:
-            return self._fastest_of(op, key, farther, allowed, None)
-        return self._modelled(op, key, allowed, excluded, None)
-
     def neighbour_pool(self, op: str, key: dict) -> tuple[list[TunedConfig], list]:
-        """What the nearest fallback weighs for a key its table has no entry of: the configs
-        of the neighbours within MAX_NEIGHBOUR_OCTAVES that can run it (closest first, cuBLAS
+        """What the nearest step weighs for a key its table has no entry of: the configs of
+        the neighbours within MAX_NEIGHBOUR_OCTAVES that can run it (closest first, cuBLAS
         where a neighbour was tuned to it) and the variations of their tiles
         (benchmarks/fallback_pool.py times them)."""
-        allowed = self._allowed(op, key, frozenset())
-        candidates = self.ops[op].nearest(key, allowed, fallback.MAX_NEIGHBOUR_OCTAVES)
-        return candidates, self._variations(op, key, candidates, allowed)
-
-    def _allowed(self, op: str, key: dict, excluded: frozenset[str]
-                 ) -> Callable[[Mapping], bool]:
-        """Whether a config may answer the key: not of an excluded variant, and runnable on it
-        (runnability, loaded once per op; each config judged once per key)."""
-        if op not in self.runnability:
-            self.runnability[op] = runnability(op)
-        on = self.runnability[op]
-        runnable = on(key) if on is not None else lambda config: True
-        verdicts: dict[tuple, bool] = {}
-
-        def allowed(config: Mapping) -> bool:
-            signature = config_signature(config)
-            if signature not in verdicts:
-                verdicts[signature] = config["variant"] not in excluded and runnable(config)
-            return verdicts[signature]
-
-        return allowed
-
-    def _fastest_of(self, op: str, key: dict, candidates: list,
-                    allowed: Callable[[Mapping], bool],
-                    cublas: TunedConfig | None) -> TunedConfig:
-        """The model's choice among the neighbour candidates' tiles and their variations, or
-        cuBLAS (a neighbour tuned to it standing for it); the first candidate without the
-        model."""
-        variations = self._variations(op, key, candidates, allowed)
-        cublas = next((config for config in candidates if config["variant"] == CUBLAS), cublas)
-        tiles = [config for config in candidates if config["variant"] != CUBLAS]
-        if self.fastest is None or (len(tiles) == 1 and not variations and cublas is None):
-            return candidates[0]
-        return self.fastest(key, tiles, variations, self.ops[op].measured, cublas)
-
-    def _modelled(self, op: str, key: dict, allowed: Callable[[Mapping], bool],
-                  excluded: frozenset[str], cublas: TunedConfig | None) -> TunedConfig | None:
-        """The model's pick for a key no neighbour answers (fallback.model_picker), or cuBLAS
-        where it has none or predicts cuBLAS faster. Only for an op the table has entries of:
-        with no tuning of the op at all, nothing says which of its configs to trust."""
-        picker_key = (op, excluded)
-        if picker_key not in self.model_pickers:
-            self.model_pickers[picker_key] = fallback.model_picker(
-                op, self.ops[op].configs, self.device_name, excluded)
-        pick_for = self.model_pickers[picker_key]
-        pick = pick_for(key) if pick_for is not None else None
-        if pick is None or not allowed(pick):
-            return cublas
-        if cublas is None or self.fastest is None:
-            return pick
-        return self.fastest(key, [pick, cublas], [], {})
-
-    def _variations(self, op: str, key: dict, candidates: list,
-                    allowed: Callable[[Mapping], bool]) -> list:
-        """The candidates' variations for the key (fallback.variation_maker, loaded on first
-        need, once per op)."""
-        if op not in self.variation_makers:
-            self.variation_makers[op] = fallback.variation_maker(op, self.device_name)
-        make = self.variation_makers[op]
-        return [] if make is None else make(key, candidates, allowed)
-
-    @cached_property
-    def fastest(self) -> Callable[..., TunedConfig] | None:
-        """The model's choice among candidates and their variations, loaded on first need
-        (None: no model)."""
-        return fallback.fastest_predicted(self.device_name)
-
-    def _log_answer(self, op: str, key: dict, config: TunedConfig) -> None:
-        answer = config.source if config.bucket is None else (f"{config.source} bucket "
-                                                              f"{config.bucket}")
-        where = f"from {self.path}" if self.path else f"(no table: set {ENV_VAR})"
-        _LOG.info("gemm-tuner: %s M=%s N=%s K=%s %s strides %s,%s -> %s %s", op, key["M"],
-                  key["N"], key["K"], key["dtype"], key["stride_am"], key["stride_bk"], answer,
-                  where)
+        question = Question(self, op, key, frozenset())
+        candidates = self.ops[op].nearest(key, question.allowed, fallback.MAX_NEIGHBOUR_OCTAVES)
+        return candidates, self.parts.variations(op, key, candidates, question.allowed)
 
 
 _tables: dict[str, TunedTable] = {}
@@ -277,9 +143,10 @@ def open_table(path: Path | None) -> TunedTable:
         return TunedTable(None)
     doc, text = read_document(path)
     if not is_table_document(doc):
+        from tuner.formats.flaggems import is_expand_document
         from tuner.runtime import expand
 
-        if expand.is_expand_document(doc):
+        if is_expand_document(doc):
             return expand.ExpandTable(path, doc, text)
     return TunedTable(path, doc)
 

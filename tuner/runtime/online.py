@@ -4,12 +4,13 @@
 The first key of a bucket that no process has tuned is tuned here, in-process, on this
 process's GPU (Triton's interpreter where TRITON_INTERPRET=1): each candidate (the expand
 product's configs that fit the key, the model's top TUNE_ONLINE_TOP_K of them) is checked
-against the float64 reference and timed with the tuner's own machinery
-(tuner.execution.measure.ShapeBench: the same correctness check and figures as `tune run`),
-the fastest few re-timed side by side, and the winner ranked by the launch mode's figure
-(TUNE_ONLINE_LAUNCH, tuner.objective's default: eager) is written to the cache.
+against the float64 reference and timed with the tuner's own machinery, the fastest few
+re-timed side by side, and the winner ranked by the launch mode's figure (TUNE_ONLINE_LAUNCH,
+tuner.objective's default: eager) is written to the cache. The measuring is reached through
+tuner.execution.in_process alone, imported on first need: the runtime's one door into the
+tuning machinery.
 
-The cache is a table file (tuner.runtime.table's format: `tune export --format table
+The cache is a table file (tuner.formats.table's format: `tune export table
 --merge` takes it in): TUNE_ONLINE_CACHE, else `<expand file's stem>.online.yaml` beside it.
 Processes share it safely:
 
@@ -39,23 +40,25 @@ from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
 from tuner.filelock import exclusive_lock
-from tuner.runtime.runnable import shape_of
-from tuner.runtime.table import (
+from tuner.formats.device import device_block
+from tuner.formats.files import write_atomic
+from tuner.formats.table import (
     TABLE_FORMAT,
+    document_device,
     is_table_document,
+    merge_entry,
     read_document,
     table_document,
-    write_atomic,
+    table_entry,
 )
-from tuner.statuses import TrialStatus
+from tuner.runtime.runnable import shape_of
+from tuner.runtime.source import LOG_ENV_VAR
 
 CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
 TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
 LAUNCH_ENV_VAR = "TUNE_ONLINE_LAUNCH"
 # How many of the model's best candidates a bucket times at most (TUNE_ONLINE_TOP_K).
 DEFAULT_TOP_K = 16
-# How many of the fastest candidates are re-timed side by side before the winner is chosen.
-RETIMED = 3
 SEED = 0
 
 _LOG = logging.getLogger("tuner.runtime")
@@ -109,23 +112,6 @@ def read_cache(path: str | os.PathLike) -> dict | None:
     return doc
 
 
-def merge_entry(doc: dict, op: str, strategy: Mapping[str, str], kernel_source_hash: str,
-                entry: dict) -> dict:
-    """`doc` (a table document) with `entry` as its op's entry of the entry's bucket (any
-    entry of that bucket replaced); an op of other kernel source starts afresh."""
-    ops = doc.setdefault("ops", {})
-    body = ops.get(op)
-    if body is None or body.get("kernel_source_hash") != kernel_source_hash:
-        body = ops[op] = {"kernel_source_hash": kernel_source_hash,
-                          "strategy": dict(strategy), "entries": []}
-    strategy = body["strategy"]
-    bucket = bucket_key(entry["key"], strategy)
-    body["entries"] = [e for e in body["entries"] if bucket_key(e["key"], strategy) != bucket]
-    body["entries"].append(entry)
-    body["entries"].sort(key=lambda e: tuple(e["key"].values()))
-    return doc
-
-
 def remember(path: str | os.PathLike, device: Mapping, launch: str, op: str,
              strategy: Mapping[str, str], kernel_source_hash: str, entry: dict) -> None:
     """Add an entry to the cache at `path`: read, merge and write under the lock."""
@@ -158,17 +144,12 @@ class OnlineCache:
     # -- the environment ------------------------------------------------------------------
     @property
     def backend(self):
-        """Where candidates run: the interpreter under TRITON_INTERPRET=1, else this
-        process's current CUDA device."""
+        """Where candidates run (tuner.execution.in_process.this_process), found on first
+        need."""
         if self._backend is None:
-            from tuner.execution import backends
+            from tuner.execution import in_process
 
-            if os.environ.get("TRITON_INTERPRET") == "1":
-                self._backend = backends.interpreter_backend()
-            else:
-                import torch
-
-                self._backend = backends.gpu_backend(torch.cuda.current_device())
+            self._backend = in_process.this_process()
         return self._backend
 
     def smem_limit(self) -> int:
@@ -213,7 +194,7 @@ class OnlineCache:
         """Whether the file's entries were measured on this device (a new file is)."""
         if self._doc is None:
             return True
-        name = (self._doc.get("device") or {}).get("name")
+        name = document_device(self._doc).get("name")
         if name is None or name == self.device_name():
             return True
         if not self._refused_device:
@@ -229,7 +210,7 @@ class OnlineCache:
         hit = self._cached(op, key, strategy)
         if hit is not None:
             _STATS["cache_answers"] += 1
-            if os.environ.get("TUNE_LOG") == "1":
+            if os.environ.get(LOG_ENV_VAR) == "1":
                 _LOG.info("gemm-tuner: online: %s %s answered from %s, nothing timed", op,
                           _label(key), self.path)
         return hit
@@ -266,16 +247,16 @@ class OnlineCache:
             config, ms, timed = won
             launch = self.launch()
             bucket = bucket_key(key, strategy)
-            entry = {"key": dict(zip(KEY_FIELDS, bucket)), "config": config,
-                     "source": "online", "tuned_shape": str(shape_of(key)), "ms": float(ms),
-                     "launch": launch, "configs_timed": timed,
-                     "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            entry = table_entry(dict(zip(KEY_FIELDS, bucket)), config, {
+                "source": "online", "tuned_shape": str(shape_of(key)), "ms": float(ms),
+                "launch": launch, "configs_timed": timed,
+                "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
             _STATS["buckets_tuned"] += 1
             if self._usable():
-                _write_merged(self.path, _device_block(self.backend.info), launch, op,
+                _write_merged(self.path, device_block(self.backend.info), launch, op,
                               strategy, self.source_hash(op), entry)
                 self._refresh()
-            if os.environ.get("TUNE_LOG") == "1":
+            if os.environ.get(LOG_ENV_VAR) == "1":
                 _LOG.info("gemm-tuner: online: %s %s timed %d configs in %.1f s -> %s "
                           "(%.4g ms); wrote %s", op, _label(key), timed,
                           time.perf_counter() - start, config, ms, self.path)
@@ -284,40 +265,12 @@ class OnlineCache:
     def _measure(self, op: str, key: Mapping, candidates: list[dict]
                  ) -> tuple[dict, float, int] | None:
         """(winner, its ms per call by the launch figure, configs timed), or None."""
-        from tuner.execution.measure import ShapeBench
-        from tuner.execution.workers import is_sticky_cuda_error
-        from tuner.objective import call_ms, eligible
+        from tuner.execution import in_process
 
-        launch = self.launch()
-        bench = ShapeBench(self.backend, shape_of(key), SEED)
-        measured = []
-        for config in candidates:
-            _STATS["configs_timed"] += 1
-            try:
-                result = bench.run(op, config)
-            except Exception as e:  # noqa: BLE001 - a failing candidate only loses
-                if is_sticky_cuda_error(str(e)):
-                    raise
-                continue
-            if result.status == TrialStatus.OK and call_ms(result, launch) is not None:
-                measured.append((config, result))
-        if not measured:
-            return None
-        chosen = eligible([result for _, result in measured], launch)
-        finalists = sorted((pair for pair in measured if pair[1] in chosen),
-                           key=lambda pair: call_ms(pair[1], launch))[:RETIMED]
-        configs = [config for config, _ in finalists]
-        if len(finalists) == 1:
-            return configs[0], call_ms(finalists[0][1], launch), len(candidates)
-        timings = bench.retime(op, configs, launch)
-        best = min(range(len(configs)), key=lambda i: (timings[i].p50_ms, i))
-        return configs[best], timings[best].p50_ms, len(candidates)
-
-
-def _device_block(info) -> dict:
-    return {"name": str(info.name), "compute_capability": str(info.compute_capability),
-            "sm_count": int(info.sm_count), "driver": str(info.driver), "cuda": str(info.cuda),
-            "torch": str(info.torch_version), "triton": str(info.triton_version)}
+        _STATS["configs_timed"] += len(candidates)
+        won = in_process.fastest(self.backend, op, shape_of(key), candidates, self.launch(),
+                                 SEED)
+        return None if won is None else (*won, len(candidates))
 
 
 def _label(key: Mapping) -> str:

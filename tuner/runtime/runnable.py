@@ -46,7 +46,7 @@ def _key_gemm(key: Mapping):
     no pointer, so the pointers count as 16-byte aligned (a meta tensor's is 0); the
     dispatcher checks the call itself. `layout` reads a row stride that is neither 1 nor the
     row's length (a slice of a wider matrix) as a transposed operand; here it is kept."""
-    from tuner.execution.measure import meta_gemm
+    from tuner.kernels.calls import meta_gemm
 
     gemm = meta_gemm(shape_of(key))
     return gemm.with_operands(_row_strided(gemm.a, key["stride_am"]),

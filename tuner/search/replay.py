@@ -25,10 +25,10 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from tuner.devices import DeviceInfo
 from tuner.errors import UserError
-from tuner.execution.backends import DeviceInfo
-from tuner.execution.measure import meta_gemm
 from tuner.kernels import KERNELS, kernel_variants
+from tuner.kernels.calls import meta_gemm
 from tuner.search.samplers import make_sampler
 from tuner.search.study import ASKS_PER_TRIAL
 from tuner.shapes import Shape

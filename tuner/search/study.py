@@ -32,10 +32,11 @@ from tuner.db.models import Device, KernelVersion, Run, Study, Trial
 from tuner.db.optuna_storage import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR
 from tuner.db.store import Store, params_key
 from tuner.execution.executor import Executor
-from tuner.execution.measure import TrialResult, meta_gemm
+from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing, is_tie
 from tuner.kernels.base import Kernel, specialization
-from tuner.objective import EAGER, GRAPH, call_ms, call_tflops, eligible
+from tuner.kernels.calls import meta_gemm
+from tuner.objective import EAGER, call_tflops, finalists, ranked
 from tuner.search.budget import StudyBudget
 from tuner.search.samplers import make_sampler
 from tuner.shapes import Shape
@@ -44,11 +45,6 @@ from tuner.statuses import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-RETIMED_TOP = 3
-# Eager calls within this fraction of the fastest are one call time: a host-bound call's loop
-# time is the host's, and host time per call swings by this much and more between loops of the
-# same code.
-CALL_NOISE = 0.10
 CANNOT_RUN_TFLOPS = 0.0  # what the sampler is told of a config that cannot run
 ASKS_PER_TRIAL = 10  # bound on asks when the sampler keeps proposing known configs
 
@@ -234,7 +230,7 @@ class StudyRunner:
         """Queue the best config's runnable neighbours not measured yet, within what is left
         of the polish budget and the time; False when there is nothing to queue."""
         left = self.budget.polish - self.polished
-        by_call = self._by_call()
+        by_call = ranked(self.stored.values(), self.budget.launch)  # the best so far leads
         if left <= 0 or not by_call or (deadline is not None and time.monotonic() >= deadline):
             return False
         steps = [c for c in self.space.neighbours(by_call[0].params)
@@ -312,38 +308,12 @@ class StudyRunner:
             return StudyOutcome(None)
         return self._final()
 
-    def _by_call(self) -> list[Trial]:
-        """The measured trials the launch mode may choose among (objective.eligible), fastest
-        call first: the study's best so far leads."""
-        launch = self.budget.launch
-        return sorted(eligible([t for t in self.stored.values() if t.status == TrialStatus.OK],
-                             launch),
-                      key=lambda t: call_ms(t, launch))
-
-    def _retimed_candidates(self) -> list[Trial]:
-        """The configs the final re-timing compares, among those the mode may choose
-        (objective.eligible): the fastest by the mode's figure; for
-        eager, first the fastest on the device among those whose calls take the same time
-        (within CALL_NOISE), then the next fastest calls. When the host sets a call's pace,
-        every config's call costs the same and the kernel that finishes first leaves the GPU
-        free sooner (and wins under graphs too), where the loop figure alone would leave the
-        choice to host noise."""
-        launch = self.budget.launch
-        by_call = self._by_call()
-        if launch == GRAPH or not by_call:
-            return by_call[:RETIMED_TOP]
-        fastest_call = call_ms(by_call[0], launch)
-        same_call = sorted((t for t in by_call
-                            if call_ms(t, launch) <= fastest_call * (1 + CALL_NOISE)),
-                           key=lambda t: t.p50_ms)[:RETIMED_TOP]
-        return same_call + [t for t in by_call if t not in same_call][:RETIMED_TOP - len(same_call)]
-
     def _final(self) -> StudyOutcome:
         """Re-time the top configs interleaved, by the launch mode's own measure (for eager,
         back-to-back calls again, not device time: a config's host path is part of what won
         it its place); among ties, prefer (eager) the faster kernel, then fewer resources."""
         launch = self.budget.launch
-        ok = self._retimed_candidates()
+        ok = finalists(self.stored.values(), launch)  # the study's best so far leads
         if len(ok) < 2:
             return StudyOutcome(ok[0] if ok else None)
         timings = self.executor.retime(self.slot, self.shape, self.record.seed, self.kernel.name,

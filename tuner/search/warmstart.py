@@ -73,7 +73,7 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
     """The model's best config of each of its `count` best tile shapes (none for variants it
     does not know). Scores the study's whole space, seconds for the built-in mm space: the
     pipeline asks for them through a ModelRanking, only for a study that starts."""
-    from tuner.execution.measure import meta_gemm
+    from tuner.kernels.calls import meta_gemm
     from tuner.model.predict import rank_configs
 
     study_space = space.for_call(meta_gemm(shape))

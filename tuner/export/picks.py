@@ -1,11 +1,11 @@
-"""Writing the chosen configs out for deployments: our table, or FlagGems' files.
+"""Which configs an export ships: `Pick`s, whatever the file.
 
-The table YAML is exact, one row per bucketed key, with provenance and the runner-up configs
-the runtime's nearest fallback may choose among, for `tuner.runtime.get_tuned_config`. It is
-written from `Pick`s: the tuned winners of a device (`winner_picks`) or the analytical
-model's choices (`tune suggest`); FlagGems' files (tuner.export_flaggems) are written from
-the same picks, so the exports never differ in what they chose. The table's format and the
-atomic file writing are tuner.runtime.table's, which the runtime reads tables with.
+A pick is one row of the exact table, or one config of a FlagGems op: a bucketed key of a
+kernel, its config, the strategy it was chosen under, its provenance and the runner-up configs
+the runtime's nearest fallback may choose among. They come from one device's tuned winners
+under a launch mode (`winner_picks`), the buckets `tune buckets` chose (`bucket_picks`), a
+table file (`picks_from_table`) or the analytical model (tuner.suggest), so every export of
+the same choice ships the same configs.
 
 Winners follow a launch mode (tuner.objective): each trial stores both figures, so a table
 for the other mode than the run's is picked from the stored trials, without re-tuning, and
@@ -13,33 +13,36 @@ the table says which mode it holds.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.db.models import Bucketing, Device, KernelVersion, Trial, Winner
 from tuner.db.store import Store
-from tuner.errors import UserError
-from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, call_ms, eligible
-from tuner.runtime import table
-from tuner.runtime.table import write_atomic
+from tuner.devices import device_matches
+from tuner.export import ExportError
+from tuner.formats.table import table_rows
+from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, ranked
+from tuner.reporting import STDERR, Reporter
 from tuner.shapes import Shape
 from tuner.space import config_signature
 
 
-class ExportError(UserError, RuntimeError):
-    """Nothing, or nothing unambiguous, to export."""
+@dataclass(frozen=True)
+class Selection:
+    """Which of the database's picks an export ships: the device (--device, needed only
+    where several tuned), one row per tuned key even where `tune buckets` chose shared
+    configs (`exact`), and the launch mode to pick winners by (None: the one they were tuned
+    under)."""
+    device: str | None = None
+    exact: bool = False
+    launch: str | None = None
 
 
 def select_device(winners: list[Winner], selector: str | None) -> tuple[Device, list[Winner]]:
     """The one device whose winners to export: the only one, or the one --device names."""
-    devices = {w.device.id: w.device for w in winners}
-    if selector is not None:
-        s = selector.lower()
-        devices = {i: d for i, d in devices.items()
-                   if s in d.name.lower() or d.fingerprint.startswith(s)}
+    devices = {w.device.id: w.device for w in winners
+               if device_matches(w.device.name, w.device.fingerprint, selector)}
     if not devices:
         raise ExportError("no winners in the database" + (
             f" for device {selector!r}" if selector else "; run `tune run` first"))
@@ -134,16 +137,15 @@ def exported_trial(winner: Winner, launch: str) -> Trial | None:
     optimised that mode (its final side-by-side re-timing chose it, which no single trial's
     figure beats for accuracy) and the mode may choose it (objective.eligible: a study stored
     before that rule may hold one it may not), else the study's correct trial fastest by the
-    mode's figure among those it may choose; None where no trial has that figure (stored
-    before it was measured)."""
+    mode's figure among those it may choose (objective.ranked); None where no trial has that
+    figure (stored before it was measured)."""
     same_mode = (winner.study.launch or GRAPH) == launch
     if same_mode and launch == GRAPH:  # graph may choose any trial
         return winner.trial
-    measured = eligible([t for t in winner.study.trials
-                         if t.status == "ok" and call_ms(t, launch) is not None], launch)
+    measured = ranked(winner.study.trials, launch)
     if same_mode and winner.trial.id in {t.id for t in measured}:
         return winner.trial
-    return min(measured, key=lambda t: call_ms(t, launch), default=None)
+    return measured[0] if measured else None
 
 
 def winner_picks(winners: list[Winner], launch: str,
@@ -164,7 +166,7 @@ def winner_picks(winners: list[Winner], launch: str,
             "loop_ms": t.loop_ms, "host_us": t.host_us,
             "cublas_ms": study.baseline_ms,
             # the alternates' kernel times here: how the runtime's fallback calibrates the
-            # model where they answer other keys (tuner.runtime.table.Measurement)
+            # model where they answer other keys (tuner.formats.table.Measurement)
             **({"alternates_ms": [u.p50_ms for u in ups]} if ups else {}),
             "rel_error": t.rel_error,
             "timing": t.timing_method,
@@ -241,71 +243,32 @@ def op_strategy(op: str, picks: list[Pick]) -> dict:
     return dict(zip(KEY_FIELDS, strategies.pop()))
 
 
-def device_block(device: Device) -> dict:
-    return {"name": device.name, "fingerprint": device.fingerprint,
-            "compute_capability": device.compute_capability, "sm_count": device.sm_count,
-            "driver": device.driver, "cuda": device.cuda, "torch": device.torch_version,
-            "triton": device.triton_version}
-
-
-def table_document(device: dict, picks: list[Pick], source_hashes: dict[str, str],
-                   launch: str) -> dict:
-    """The exact table of the picks (its format: tuner.runtime.table), one op per kernel,
-    with the one strategy its picks share."""
-    return table.table_document(device, {
-        kernel: table.OpRows(source_hashes[kernel], op_strategy(kernel, group), group)
-        for kernel, group in grouped(picks, lambda p: p.kernel).items()}, launch)
-
-
-def note_on_stderr(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
 def current_device_winners(store: Store, selector: str | None,
-                           note: Callable[[str], None] = note_on_stderr
-                           ) -> tuple[Device, list[Winner]]:
+                           reporter: Reporter = STDERR) -> tuple[Device, list[Winner]]:
     """The winners of one device (select_device) measured with today's kernel source, with
     their studies' trials; a note says how many stale ones were left out."""
     from tuner.kernels import source_hashes
 
     winners, stale = current_only(store.winners(with_trials=True), source_hashes())
     if stale:
-        note(f"note: {stale} winners measured with older kernel source left out")
+        reporter.note(f"note: {stale} winners measured with older kernel source left out")
     return select_device(winners, selector)
 
 
-def chosen_picks(store: Store, selector: str | None, launch: str | None, exact: bool,
-                 note: Callable[[str], None]) -> tuple[Device, list[Winner], str, list[Pick]]:
-    """What `tune export` writes, whatever the format: one device's current winners
+def chosen_picks(store: Store, selection: Selection, reporter: Reporter = STDERR
+                 ) -> tuple[Device, list[Winner], str, list[Pick]]:
+    """What `tune export` writes, whatever the format: the selected device's current winners
     (current_device_winners), the launch mode (export_launch) and their picks (device_picks),
     the notes on how they were chosen said."""
-    device, winners = current_device_winners(store, selector, note)
-    launch = export_launch(launch, winners)
-    picks, notes = device_picks(store, device, winners, launch, exact)
+    device, winners = current_device_winners(store, selection.device, reporter)
+    launch = export_launch(selection.launch, winners)
+    picks, notes = device_picks(store, device, winners, launch, selection.exact)
     for line in notes:
-        note(line)
+        reporter.note(line)
     return device, winners, launch, picks
 
 
-def wrote_line(picks: list[Pick], device: Device, launch: str, output: str | Path,
-               fmt: str) -> str:
-    return (f"wrote {len(picks)} configs of {device.name} chosen for {launch} launch to "
-            f"{output} ({fmt})")
-
-
-def export_table(store: Store, output: str | Path, selector: str | None, exact: bool,
-                 launch: str | None, note: Callable[[str], None] = note_on_stderr, *,
-                 merge: Sequence[str | Path] = ()) -> None:
-    """`tune export --format table`: write the picks of one device (chosen_picks) to
-    `output` as the exact table, taking in the entries of each `merge` file (a runtime online
-    cache, tuner.runtime.online) whose buckets the database's picks lack
-    (tuner.runtime.table.merge_documents: the database wins its buckets)."""
-    device, winners, launch, picks = chosen_picks(store, selector, launch, exact, note)
-    doc = table_document(device_block(device), picks, {
-        w.kernel.name: w.kernel.source_hash for w in winners}, launch)
-    for extra in merge:
-        doc, merge_notes = table.merge_documents(doc, table.read_document(Path(extra))[0])
-        for line in merge_notes:
-            note(f"{extra}: {line}")
-    write_atomic(output, doc)
-    note(wrote_line(picks, device, launch, output, "table"))
+def picks_from_table(doc: Mapping) -> list[Pick]:
+    """A table document's entries (tuner.formats.table) as picks, one op per kernel."""
+    return [Pick(row.op, row.key, row.config, row.strategy, row.provenance, row.alternates)
+            for row in table_rows(doc)]

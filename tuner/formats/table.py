@@ -4,19 +4,16 @@ A table (`TABLE_FORMAT`) holds the launch mode its configs were chosen for, the 
 per op its bucketing strategy, kernel source hash and one entry per bucketed key: the config,
 the runner-up configs (`alternates`) the runtime's nearest fallback may choose among, and the
 provenance (measured times, or the model's prediction). `tune export` and `tune suggest`
-build theirs with `table_document`; files are replaced atomically, so a reader never sees
-half of one.
+build theirs with `table_document` (written by tuner.formats.files); the runtime reads one
+with `read_table`, the export's conversions with `table_rows`, and the runtime's online cache
+joins one with `merge_documents`.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple, Protocol
-
-import yaml
 
 from tuner.errors import UserError
 from tuner.space import config_signature
@@ -29,10 +26,6 @@ TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
 class TableError(UserError, ValueError):
     """A table file that cannot be used: one line naming the file, the field and what was
     expected."""
-
-
-class OutputError(UserError, OSError):
-    """A file that cannot be written where it was asked for (a missing or read-only folder)."""
 
 
 class Table(NamedTuple):
@@ -59,6 +52,17 @@ def is_table_document(doc: object) -> bool:
     return isinstance(doc, dict) and doc.get("format") == TABLE_FORMAT
 
 
+def document_device(doc: Mapping) -> dict:
+    """The device header a table document states ({} where it states none)."""
+    return doc.get("device") or {}
+
+
+def document_launch(doc: Mapping, default: str) -> str:
+    """The launch mode a table document's configs were chosen for (`default` for a table
+    written before launch modes)."""
+    return doc.get("launch", default)
+
+
 def read_table(path: Path, doc: object = None) -> Table:
     """The table at `path` (its document `doc`, where already read); FileNotFoundError where
     it cannot be read, TableError (a ValueError) where it is not a TABLE_FORMAT document or
@@ -67,7 +71,7 @@ def read_table(path: Path, doc: object = None) -> Table:
         doc = read_document(path)[0]
     if not is_table_document(doc):
         raise TableError(f"gemm-tuner table {path}: not a '{TABLE_FORMAT}' file "
-                         "(write one with `tune export --format table`)")
+                         "(write one with `tune export table`)")
     device = doc.get("device") or {}
     if not isinstance(device, dict):
         raise TableError(f"gemm-tuner table {path}: field 'device': expected a mapping with "
@@ -147,7 +151,7 @@ def _positive(value) -> bool:
 
 # -- writing ----------------------------------------------------------------------------------
 class Row(Protocol):
-    """One entry to write (tuner.export.Pick is one): a bucketed key, its config, the
+    """One entry to write (tuner.export.picks.Pick is one): a bucketed key, its config, the
     runner-up configs, and the provenance fields written beside them."""
     key: dict
     config: dict
@@ -175,45 +179,61 @@ def table_document(device: Mapping, ops: Mapping[str, OpRows], launch: str) -> d
 
 
 def _entry(row: Row) -> dict:
-    return {"key": row.key, "config": row.config,
-            **({"alternates": row.alternates} if row.alternates else {}), **row.provenance}
+    return table_entry(row.key, row.config, row.provenance, row.alternates)
 
 
-def yaml_text(doc: dict) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+def table_entry(key: dict, config: dict, provenance: Mapping,
+                alternates: Sequence[dict] = ()) -> dict:
+    """One entry: the bucketed key, its config, the alternates where there are any, then the
+    provenance fields."""
+    return {"key": key, "config": config,
+            **({"alternates": list(alternates)} if alternates else {}), **provenance}
 
 
-def write_atomic(path: str | Path, doc: dict) -> None:
-    """Write YAML to a temporary file beside `path`, then rename it over `path`."""
-    write_text_atomic(path, yaml_text(doc))
+class TableRow(NamedTuple):
+    """One entry of a table document as written (a Row), with its op and the op's strategy."""
+    op: str
+    strategy: dict
+    key: dict
+    config: dict
+    alternates: list[dict]
+    provenance: dict
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write text to a temporary file beside `path`, then rename it over `path`: a reader
-    sees the old file or the new one, never half of one."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as e:
-        reason = (f"{e.filename} is not a folder" if isinstance(e, FileExistsError)
-                  else f"{e.strerror} ({e.filename or path.parent})")
-        raise OutputError(f"cannot write {path}: {reason}") from None
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shipped
-        os.replace(tmp, path)
-    except BaseException as e:
-        os.unlink(tmp)
-        if isinstance(e, OSError):  # e.g. the disk filled: nothing written
-            raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
-        raise
+def table_rows(doc: Mapping) -> list[TableRow]:
+    """Every entry of a table document, in file order, as the rows it was written from."""
+    rows = []
+    for op, body in (doc.get("ops") or {}).items():
+        for entry in body.get("entries", ()):
+            provenance = {k: v for k, v in entry.items()
+                          if k not in ("key", "config", "alternates")}
+            rows.append(TableRow(op, dict(body["strategy"]), dict(entry["key"]),
+                                 dict(entry["config"]), list(entry.get("alternates", ())),
+                                 provenance))
+    return rows
 
 
 # -- merging ----------------------------------------------------------------------------------
+def merge_entry(doc: dict, op: str, strategy: Mapping[str, str], kernel_source_hash: str,
+                entry: dict) -> dict:
+    """`doc` (a table document) with `entry` as its op's entry of the entry's bucket (any
+    entry of that bucket replaced); an op of other kernel source starts afresh. The runtime's
+    online cache (tuner.runtime.online) adds what it tunes so."""
+    from tuner.bucketing.strategies import bucket_key  # light, but only merging needs it
+
+    ops = doc.setdefault("ops", {})
+    body = ops.get(op)
+    if body is None or body.get("kernel_source_hash") != kernel_source_hash:
+        body = ops[op] = {"kernel_source_hash": kernel_source_hash,
+                          "strategy": dict(strategy), "entries": []}
+    strategy = body["strategy"]
+    bucket = bucket_key(entry["key"], strategy)
+    body["entries"] = [e for e in body["entries"] if bucket_key(e["key"], strategy) != bucket]
+    body["entries"].append(entry)
+    body["entries"].sort(key=lambda e: tuple(e["key"].values()))
+    return doc
+
+
 def merge_documents(base: dict, extra: Mapping) -> tuple[dict, list[str]]:
     """`base` (a table document) with the entries of `extra` (another, e.g. the runtime's
     online cache, tuner.runtime.online) whose bucket `base` lacks, and notes on what was

@@ -10,7 +10,7 @@ product" against each tuned shape's own winner:
 
 weighed by each shape's weight, as a weighted geometric mean (mean of log(1 + regret)),
 then the worst shape, then the weight of winners kept exactly. Times come from each `Case`
-(tuner.expand_cases: measured where the database or table holds them, else the analytical
+(tuner.export.cases: measured where the database or table holds them, else the analytical
 model's prediction scaled to the shape's measured winner); a case without a time for a
 config answers math.inf.
 

@@ -1,0 +1,61 @@
+"""Measuring configs in this process: the one door from the deployment side into the tuning
+machinery.
+
+Online tuning (tuner.runtime.online, with TUNE_ONLINE=1) times an expand file's candidates in
+the process that asked, on its own GPU; everything else the runtime does needs no part of
+tuner.execution. So the runtime imports this module alone, and only when a key is tuned
+online (tests/test_architecture.py holds it to that): a change behind this door cannot break
+a deployment that does not tune online. The checks and figures are `tune run`'s
+(tuner.execution.measure.ShapeBench).
+"""
+from __future__ import annotations
+
+import os
+
+from tuner.execution.backends import Backend, gpu_backend, interpreter_backend
+from tuner.execution.measure import ShapeBench
+from tuner.execution.workers import is_sticky_cuda_error
+from tuner.objective import call_ms, finalists
+from tuner.shapes import Shape
+
+
+def this_process() -> Backend:
+    """Where candidates run: Triton's interpreter under TRITON_INTERPRET=1, else this
+    process's current CUDA device."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return interpreter_backend()
+    import torch
+
+    return gpu_backend(torch.cuda.current_device())
+
+
+def fastest(backend: Backend, op: str, shape: Shape, candidates: list[dict], launch: str,
+            seed: int) -> tuple[dict, float] | None:
+    """The fastest of the candidates that run correctly on the shape, and its ms per call by
+    the launch mode's figure (tuner.objective); None where none does.
+
+    Each candidate is checked against the float64 reference and timed; a candidate that
+    raises only loses (a sticky CUDA error is re-raised: the context is gone). The finalists
+    by the one winner rule (tuner.objective.finalists) are re-timed side by side, so that
+    their order carries no drift.
+    """
+    bench = ShapeBench(backend, shape, seed)
+    measured = []
+    for config in candidates:
+        try:
+            result = bench.run(op, config)
+        except Exception as e:  # noqa: BLE001 - a failing candidate only loses
+            if is_sticky_cuda_error(str(e)):
+                raise
+            continue
+        measured.append((config, result))
+    config_of = {id(result): config for config, result in measured}
+    chosen = finalists([result for _, result in measured], launch)
+    if not chosen:
+        return None
+    configs = [config_of[id(result)] for result in chosen]
+    if len(chosen) == 1:
+        return configs[0], call_ms(chosen[0], launch)
+    timings = bench.retime(op, configs, launch)
+    best = min(range(len(configs)), key=lambda i: (timings[i].p50_ms, i))
+    return configs[best], timings[best].p50_ms
