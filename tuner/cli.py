@@ -229,7 +229,8 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
             raise click.BadParameter(unknown, param_hint="'--device'")
     from tuner.suggest import write_suggestions
 
-    write_suggestions(load_shapes(shapes_path), space_paths, device_name, fmt, output)
+    write_suggestions(load_shapes(shapes_path), space_paths, device_name, fmt, output,
+                      STDERR)
 
 
 @main.command()
@@ -368,7 +369,7 @@ def export_table(db, output, device_selector, exact, launch, merge):
     from tuner.export.picks import Selection
 
     writers.export_table(_existing(db).store, output, Selection(device_selector, exact, launch),
-                         merge)
+                         merge, STDERR)
 
 
 @export.command("expand")
@@ -441,10 +442,10 @@ def _write_flaggems(db, fmt: str, output: str, table_path: str | None, selection
     from tuner.export.writers import export_device_file, export_table_file
 
     if table_path is not None:
-        export_table_file(table_path, fmt, output, options)
+        export_table_file(table_path, fmt, output, options, STDERR)
     else:
         export_device_file(_existing(db).store, fmt, output, selection, options,
-                           _safe_url(db.url))
+                           _safe_url(db.url), STDERR)
 
 
 def _shown_url(url: str) -> str:
