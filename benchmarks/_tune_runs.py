@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from tuner.statuses import TrialStatus
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -62,14 +64,14 @@ def study_stats(db: Path) -> list[StudyStats]:
         for sid, m, n, k, dtype, layout, created, finished in rows:
             trials = c.execute("select status, tflops, compile_s from tuner_trials where "
                                "study_id = ? and run_id = ?", (sid, run_id)).fetchall()
-            ok = [tf for status, tf, _ in trials if status == "ok"]
+            ok = [tf for status, tf, _ in trials if status == TrialStatus.OK]
             compile_s = [s for _, _, s in trials if s is not None]
             failed = Counter(status for status, _, _ in trials
-                             if status not in ("ok", "infeasible"))
+                             if status not in (TrialStatus.OK, TrialStatus.INFEASIBLE))
             wall = (datetime.fromisoformat(finished) - datetime.fromisoformat(created))
             stats.append(StudyStats(
                 f"{m}x{n}x{k} {dtype} {layout}", wall.total_seconds(), max(ok) if ok else None,
-                sum(1 for status, _, _ in trials if status != "infeasible"), len(ok),
+                sum(1 for status, _, _ in trials if status != TrialStatus.INFEASIBLE), len(ok),
                 max(compile_s) if compile_s else None,
                 ", ".join(f"{status} {count}" for status, count in sorted(failed.items()))))
     return stats

@@ -37,6 +37,7 @@ import yaml
 from tuner.bucketing.search import weighted_geomean_regret
 from tuner.shapes import Shape, load_shapes
 from tuner.space import config_signature
+from tuner.statuses import TrialStatus
 
 TIE = 0.005  # predictions this close (relative) count as the same time
 # `order` compares the configs within this factor of each shape's best (the competitive ones),
@@ -77,7 +78,7 @@ def measure(args) -> None:
         store = Store(session_factory(url))
         for device in store.devices_matching(None):
             for study in store.finished_studies(device.id):
-                ok = sorted((t for t in study.trials if t.status == "ok" and t.p50_ms),
+                ok = sorted((t for t in study.trials if t.status == TrialStatus.OK and t.p50_ms),
                             key=lambda t: t.p50_ms)
                 for trial in ok[:args.top]:
                     fresh.setdefault(study.shape_label, {})[

@@ -28,6 +28,7 @@ from pathlib import Path
 from tuner.fallback_scoring import answers
 from tuner.shapes import Shape, load_shapes
 from tuner.space import config_signature
+from tuner.statuses import TrialStatus
 from tuner.validate import runtime_pick
 
 
@@ -79,7 +80,7 @@ def measure(args) -> None:
                 pool.append(("answer", answer))
             configs = [dict(config) for _, config in pool]
             side = time_side_by_side(executor, KERNELS[op], shape, 0, configs)
-            ran = [i for i, outcome in enumerate(side) if outcome.status == "ok"]
+            ran = [i for i, outcome in enumerate(side) if outcome.status == TrialStatus.OK]
             loops = executor.retime(0, shape, 0, op, [configs[i] for i in ran], EAGER)
             loop_ms = dict(zip(ran, [t.p50_ms for t in loops] if loops else []))
             rows.append({"shape": str(shape), "op": op, "pool": [

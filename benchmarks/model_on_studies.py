@@ -22,6 +22,7 @@ import json
 import statistics
 
 from tuner.shapes import Shape, load_shapes
+from tuner.statuses import TrialStatus
 
 
 def extract(args) -> None:
@@ -35,7 +36,7 @@ def extract(args) -> None:
             devices.add(device.name)
             for study in store.finished_studies(device.id):
                 measured = [[t.params, t.p50_ms] for t in study.trials
-                            if t.status == "ok" and t.p50_ms]
+                            if t.status == TrialStatus.OK and t.p50_ms]
                 if measured:
                     studies.append({"shape": study.shape_label, "kernel": study.kernel.name,
                                     "trials": measured})

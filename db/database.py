@@ -27,14 +27,13 @@ class Database:
 
     @cached_property
     def optuna_storage(self):
-        """Optuna's RDB storage in the same database (tuner.db.session.optuna_storage).
+        """Optuna's RDB storage in the same database (tuner.db.optuna_storage).
 
         Only `tune run` opens it, before its workers start; so this is where what killed runs
         left is settled: their runs marked interrupted and their Optuna trials failed
-        (tuner.db.store: Store.interrupt_dead_runs, settle_dead_trials).
+        (Store.interrupt_dead_runs, tuner.db.optuna_storage.settle_dead_trials).
         """
-        from tuner.db.session import optuna_storage
-        from tuner.db.store import settle_dead_trials
+        from tuner.db.optuna_storage import optuna_storage, settle_dead_trials
         storage = optuna_storage(self.url)
         self.store.interrupt_dead_runs()
         settle_dead_trials(storage, self.store)

@@ -9,20 +9,32 @@ for a specialization; *claims* let several `tune run` processes share one databa
 """
 from __future__ import annotations
 
+import enum
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Enum, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from tuner.shapes import Shape
+from tuner.statuses import RunStatus, StudyStatus, TrialStatus
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+def _stored_as_value(statuses: type[enum.Enum]) -> Enum:
+    """A status column: the enum's value in a VARCHAR(16), as the bare strings were stored
+    (no migration, no CHECK constraint), read back as the enum; a write of any other string
+    is refused."""
+    return Enum(statuses, native_enum=False, length=16, validate_strings=True,
+                values_callable=lambda members: [m.value for m in members])
+
+
 class Base(DeclarativeBase):
-    type_annotation_map = {dict: JSON, list: JSON}
+    type_annotation_map = {dict: JSON, list: JSON,
+                           **{s: _stored_as_value(s) for s in (TrialStatus, StudyStatus,
+                                                                RunStatus)}}
 
 
 class Device(Base):
@@ -75,7 +87,7 @@ class Run(Base):
     command: Mapped[list]
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
-    status: Mapped[str] = mapped_column(String(16), default="running")
+    status: Mapped[RunStatus] = mapped_column(default=RunStatus.RUNNING)
 
 
 class KeyColumns:
@@ -112,7 +124,7 @@ class Study(KeyColumns, Base):
     # What the study optimised (tuner.objective): eager (loop_ms) or graph (p50_ms); None for
     # a study stored before the choice existed.
     launch: Mapped[str | None] = mapped_column(String(8))
-    status: Mapped[str] = mapped_column(String(16), default="running")
+    status: Mapped[StudyStatus] = mapped_column(default=StudyStatus.RUNNING)
     reason: Mapped[str | None] = mapped_column(Text)
     baseline_ms: Mapped[float | None]  # cuBLAS (torch.matmul) device time on the same inputs
     # The winner's timing from the final interleaved re-timing of the top configs, by the
@@ -149,8 +161,7 @@ class Trial(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("tuner_runs.id"))
     number: Mapped[int]
     params: Mapped[dict]
-    # ok | infeasible | compile_error | timeout | runtime_error | crashed | wrong
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[TrialStatus]
     reason: Mapped[str | None] = mapped_column(Text)
     p20_ms: Mapped[float | None]
     p50_ms: Mapped[float | None]
@@ -201,7 +212,7 @@ class Failure(Base):
     specialization: Mapped[str] = mapped_column(String(255))
     params_key: Mapped[str] = mapped_column(String(512))  # canonical JSON of params
     params: Mapped[dict]
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[TrialStatus]  # one of REMEMBERED (tuner.statuses)
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -237,8 +248,7 @@ class CrossTiming(Base):
     shape_layout: Mapped[str] = mapped_column(String(2))
     params_key: Mapped[str] = mapped_column(String(512))  # canonical JSON of params
     params: Mapped[dict]
-    # ok | infeasible | compile_error | timeout | runtime_error | crashed | wrong
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[TrialStatus]
     reason: Mapped[str | None] = mapped_column(Text)
     p50_ms: Mapped[float | None]
     timing_method: Mapped[str | None] = mapped_column(Text)

@@ -6,16 +6,14 @@ Returned rows are detached (expire_on_commit=False) and carry what callers read.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import warnings
 from dataclasses import asdict
 from datetime import timedelta
 
-from sqlalchemy import delete, func, or_, select, text, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
+from tuner.db.liveness import Owner
 from tuner.db.models import (
     Bucketing,
     Claim,
@@ -30,10 +28,10 @@ from tuner.db.models import (
     Winner,
     utcnow,
 )
-from tuner.db.session import OWNER_ATTR, dead_local_owner, pid_alive
 from tuner.devices import DeviceInfo, device_matches
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
+from tuner.statuses import RunStatus, StudyStatus, TrialStatus
 
 
 def params_key(params: dict) -> str:
@@ -86,39 +84,41 @@ class Store:
     def start_run(self, device: Device, backend: str, command: list[str]) -> Run:
         """This process's run row; first, runs of this host found dead are marked so."""
         self.interrupt_dead_runs()
+        me = Owner.this_process()
         with self.sessions() as s:
-            run = Run(device_id=device.id, backend=backend, hostname=socket.gethostname(),
-                      pid=os.getpid(), command=command)
+            run = Run(device_id=device.id, backend=backend, hostname=me.host, pid=me.pid,
+                      command=command)
             s.add(run)
             s.commit()
             return run
 
     def interrupt_dead_runs(self) -> list[int]:
-        """Mark `interrupted` the `running` runs of this host whose process is gone (kill -9,
-        a crash, a lost machine rebooted); their ids. They end at their last stored trial, or
-        at their start. Runs of other hosts, and runs stored without a pid, are left alone:
-        whether they live cannot be told from here."""
-        host = socket.gethostname()
+        """Mark `interrupted` the `running` runs whose holder is dead by the liveness rule
+        (tuner.db.liveness; runs have no heartbeat: a process of this host that is gone, kill
+        -9, a crash, a lost machine rebooted); their ids. They end at their last stored
+        trial, or at their start. Runs of other hosts, and runs stored without a pid, are
+        left alone: whether they live cannot be told from here."""
+        host = Owner.this_process().host
         with self.sessions() as s:
             candidates = s.execute(select(Run.id, Run.pid).where(
-                Run.status == "running", Run.hostname == host, Run.pid.is_not(None))).all()
-            dead = [run_id for run_id, pid in candidates
-                    if pid != os.getpid() and not pid_alive(pid)]
+                Run.status == RunStatus.RUNNING, Run.hostname == host, Run.pid.is_not(None))).all()
+            dead = [run_id for run_id, pid in candidates if Owner(host, pid).gone]
             for run_id in dead:
                 last_trial = select(func.max(Trial.created_at)).where(Trial.run_id == run_id)
-                s.execute(update(Run).where(Run.id == run_id, Run.status == "running").values(
-                    status="interrupted",
+                s.execute(update(Run).where(Run.id == run_id,
+                                            Run.status == RunStatus.RUNNING).values(
+                    status=RunStatus.INTERRUPTED,
                     finished_at=func.coalesce(last_trial.scalar_subquery(), Run.started_at)))
             s.commit()
         return dead
 
-    def study_statuses(self, study_ids) -> dict[int, str]:
+    def study_statuses(self, study_ids) -> dict[int, StudyStatus]:
         """The status of each of these studies that exists."""
         with self.sessions() as s:
             return dict(s.execute(select(Study.id, Study.status)
                                   .where(Study.id.in_(list(study_ids)))).all())
 
-    def finish_run(self, run: Run, status: str) -> None:
+    def finish_run(self, run: Run, status: RunStatus) -> None:
         with self.sessions() as s:
             row = s.get(Run, run.id)
             row.status, row.finished_at = status, utcnow()
@@ -133,7 +133,7 @@ class Store:
     def finished_study(self, device, kernel, space, key: dict) -> Study | None:
         with self.sessions() as s:
             return s.scalars(self._studies(device, kernel, space, key)
-                             .filter_by(status="done")).first()
+                             .filter_by(status=StudyStatus.DONE)).first()
 
     def open_study(self, device, kernel, space, key: dict, shape: Shape, seed: int,
                    retune: bool, launch: str) -> Study:
@@ -145,7 +145,7 @@ class Store:
         with self.sessions() as s:
             study = None if retune else s.scalars(
                 self._studies(device, kernel, space, key)
-                .filter_by(status="running", launch=launch)
+                .filter_by(status=StudyStatus.RUNNING, launch=launch)
                 .options(selectinload(Study.trials))).first()
             if study is None:
                 study = Study(device_id=device.id, kernel_id=kernel.id, space_id=space.id,
@@ -176,7 +176,7 @@ class Store:
         """
         with self.sessions() as s:
             row = s.get(Study, study.id)
-            row.status = "done" if best else "failed"
+            row.status = StudyStatus.DONE if best else StudyStatus.FAILED
             row.reason, row.baseline_ms, row.finished_at = reason, baseline_ms, utcnow()
             if final is not None:
                 row.final_p20_ms, row.final_p50_ms, row.final_p80_ms = (
@@ -201,7 +201,7 @@ class Store:
                 device_id=device.id, kernel_id=kernel.id, specialization=specialization)))
 
     def remember_failure(self, device: Device, kernel: KernelVersion, specialization: str,
-                         params: dict, status: str, reason: str | None) -> None:
+                         params: dict, status: TrialStatus, reason: str | None) -> None:
         with self.sessions() as s:
             s.add(Failure(device_id=device.id, kernel_id=kernel.id,
                           specialization=specialization, params_key=params_key(params),
@@ -223,12 +223,12 @@ class Store:
                                   .options(selectinload(Failure.kernel))
                                   .order_by(Failure.id)))
 
-    # -- claims: one tuner per key across processes and hosts ---------------------------------
-    def claim(self, claim_key: str, owner: str, lease_s: float) -> bool:
-        """Take the key unless another live owner holds it (its heartbeat is within the lease).
+    # -- claims (tuner.db.claims) ----------------------------------------------------------
+    def claim(self, claim_key: str, owner: str, grace_s: float) -> bool:
+        """Take the key unless another owner holds it with a heartbeat within the grace.
 
         Insert-or-conditional-update: concurrent claimants serialize on the row, so exactly
-        one of them wins, and a dead owner's claim is taken over once its lease has run out.
+        one of them wins, and a dead owner's claim is taken over once its grace has run out.
         """
         now = utcnow()
         with self.sessions() as s:
@@ -240,7 +240,7 @@ class Store:
                 s.rollback()
             taken = s.execute(update(Claim).where(
                 Claim.claim_key == claim_key,
-                or_(Claim.owner == owner, Claim.heartbeat_at < now - timedelta(seconds=lease_s)))
+                or_(Claim.owner == owner, Claim.heartbeat_at < now - timedelta(seconds=grace_s)))
                 .values(owner=owner, heartbeat_at=now))
             s.commit()
             return taken.rowcount == 1
@@ -287,7 +287,7 @@ class Store:
 
     def finished_studies(self, device_id: int) -> list[Study]:
         """A device's finished studies, oldest first, with their trials, kernel and space."""
-        query = (select(Study).filter_by(device_id=device_id, status="done")
+        query = (select(Study).filter_by(device_id=device_id, status=StudyStatus.DONE)
                  .options(selectinload(Study.trials), selectinload(Study.kernel),
                           selectinload(Study.space)).order_by(Study.id))
         with self.sessions() as s:
@@ -296,7 +296,7 @@ class Store:
     def shape_study(self, device: Device, kernel: KernelVersion, shape: Shape) -> Study | None:
         """The latest finished study that timed exactly this shape, with its trials."""
         query = (select(Study).filter_by(device_id=device.id, kernel_id=kernel.id,
-                                         status="done", **_shape_columns(shape))
+                                         status=StudyStatus.DONE, **_shape_columns(shape))
                  .options(selectinload(Study.trials)).order_by(Study.id.desc()))
         with self.sessions() as s:
             return s.scalars(query).first()
@@ -311,7 +311,7 @@ class Store:
             return {row.params_key: row for row in s.scalars(query)}
 
     def save_cross_timing(self, device: Device, kernel: KernelVersion, shape: Shape,
-                          params: dict, status: str, reason: str | None,
+                          params: dict, status: TrialStatus, reason: str | None,
                           p50_ms: float | None, timing_method: str | None) -> None:
         """Insert or replace one config's timing on one shape (committed at once)."""
         unique = dict(device_id=device.id, kernel_id=kernel.id, **_shape_columns(shape),
@@ -347,87 +347,3 @@ class Store:
                  .order_by(Bucketing.id.desc()))
         with self.sessions() as s:
             return s.scalars(query).first()
-
-
-# Optuna study names before they said what they tune; their user attribute since.
-LEGACY_STUDY_PREFIX = "tuner-study-"
-STUDY_ID_ATTR = "tuner_study_id"
-
-
-def tuner_study_id(optuna_study) -> int | None:
-    """The tuner_studies id an Optuna study (Study or FrozenStudy) searches for, if ours."""
-    found = optuna_study.user_attrs.get(STUDY_ID_ATTR)
-    if found is None and optuna_study.study_name.startswith(LEGACY_STUDY_PREFIX):
-        found = optuna_study.study_name[len(LEGACY_STUDY_PREFIX):]
-    return int(found) if str(found).isdigit() else None
-
-
-def settle_dead_trials(storage, store: Store) -> int:
-    """Fail the Optuna trials that dead processes left behind; how many were failed.
-
-    A RUNNING trial is dead when its owner (OWNER_ATTR) is a process of this host that is gone,
-    or when its heartbeat is older than the grace period (any host; Optuna's
-    fail_stale_trials). Where its study is still open, its config is enqueued again, so that
-    the resumed study redoes it first. In a closed study (done or failed: nothing resumes it)
-    every RUNNING or WAITING trial is residue and is failed. WAITING trials of an open study
-    are its queue (warm starts, redos), asked first when it resumes, and stay. Trials of
-    studies that are not the tuner's are left alone.
-    """
-    import optuna
-    from optuna.trial import TrialState, create_trial
-
-    with storage.engine.connect() as conn:  # one query where nothing is left over
-        left = conn.execute(text("SELECT trial_id, study_id, state FROM trials "
-                                 "WHERE state IN ('RUNNING', 'WAITING')")).all()
-    if not left:
-        return 0
-    studies = {s._study_id: s for s in storage.get_all_studies()}
-    ours = {sid: tuner_study_id(studies[sid]) for sid in {sid for _, sid, _ in left}
-            if sid in studies}
-    statuses = store.study_statuses(i for i in ours.values() if i is not None)
-    failed = 0
-
-    def fail(trial_id: int) -> bool:
-        try:
-            return storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError):
-            return False  # finished meanwhile, perhaps by a concurrent run's settling
-
-    def redo(study_id: int, trial) -> None:
-        if trial.params:
-            storage.create_new_trial(study_id, template_trial=create_trial(
-                state=TrialState.WAITING,
-                system_attrs={"fixed_params": trial.params, "tuner:redo_of": trial.number}))
-
-    heartbeat_checks: dict[int, list] = {}
-    for trial_id, study_id, state in left:
-        if statuses.get(ours.get(study_id)) is None:
-            continue  # not a study of ours
-        is_open = statuses[ours[study_id]] == "running"
-        if state == "WAITING":
-            if not is_open and fail(trial_id):
-                failed += 1
-            continue
-        trial = storage.get_trial(trial_id)
-        if trial.state == TrialState.RUNNING:
-            owner = trial.system_attrs.get(OWNER_ATTR)
-            if dead_local_owner(owner) or (owner is None and not is_open):
-                if fail(trial_id):
-                    failed += 1
-                    if is_open:
-                        redo(study_id, trial)
-            elif not str(owner).startswith(f"{socket.gethostname()}:"):  # alive if local
-                heartbeat_checks.setdefault(study_id, []).append(trial)
-    for study_id, running in heartbeat_checks.items():
-        study = optuna.load_study(study_name=studies[study_id].study_name, storage=storage,
-                                  sampler=optuna.samplers.RandomSampler())
-        with warnings.catch_warnings():  # "experimental" since Optuna 2.9
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(study)
-        is_open = statuses[ours[study_id]] == "running"
-        for trial in running:
-            if storage.get_trial(trial._trial_id).state == TrialState.FAIL:
-                failed += 1
-                if is_open:
-                    redo(study_id, trial)
-    return failed

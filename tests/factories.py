@@ -2,7 +2,7 @@
 import optuna
 from optuna.trial import TrialState
 
-from tuner.db.store import tuner_study_id
+from tuner.db.optuna_storage import tuner_study_id
 from tuner.devices import DeviceInfo
 from tuner.kernels import kernel_variants
 from tuner.kernels.base import TILE_PARAMS

@@ -343,3 +343,36 @@ def test_no_module_outside_the_formats_wing_types_a_schema_literal():
                   if isinstance(node, ast.Constant) and node.value in checked
                   and id(node) not in declared]
     assert typed == []
+
+
+# -- one copy of each rule ---------------------------------------------------------------------
+def _status_literals(node: ast.AST) -> list[str]:
+    """The bare strings a comparison of a `.status` holds (alone, or in a tuple or set)."""
+    sides = [node.left, *node.comparators]
+    if not any(isinstance(side, ast.Attribute) and side.attr == "status" for side in sides):
+        return []
+    found = []
+    for side in sides:
+        items = side.elts if isinstance(side, (ast.Tuple, ast.Set, ast.List)) else [side]
+        found += [item.value for item in items
+                  if isinstance(item, ast.Constant) and isinstance(item.value, str)]
+    return found
+
+
+def test_statuses_are_compared_as_enums_and_notes_go_to_a_reporter():
+    """A status is one of tuner.statuses' enums, not a string typed again where it is
+    compared (the migrations keep the values they were written with); a long job's notes go
+    to a tuner.reporting.Reporter, not a `note` callback."""
+    typed, callbacks = [], []
+    for name, path in project_modules().items():
+        if name.startswith("tuner.db.migrations"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare) and (literals := _status_literals(node)):
+                typed.append(f"{name}:{node.lineno}: {literals}")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                callbacks += [f"{name}:{node.lineno}: {node.name}" for arg in
+                              [*args.posonlyargs, *args.args, *args.kwonlyargs]
+                              if arg.arg == "note"]
+    assert typed == [] and callbacks == []

@@ -18,8 +18,15 @@ from sqlalchemy import event, select, text
 from tests.factories import H100, SMALL_SPACE
 from tuner.db.database import Database
 from tuner.db.models import Run, SearchSpaceRecord, Study
-from tuner.db.session import OWNER_ATTR, optuna_storage, session_factory, sqlite_lock_path
-from tuner.db.store import STUDY_ID_ATTR, Store, settle_dead_trials, tuner_study_id
+from tuner.db.optuna_storage import (
+    OWNER_ATTR,
+    STUDY_ID_ATTR,
+    optuna_storage,
+    settle_dead_trials,
+    tuner_study_id,
+)
+from tuner.db.session import session_factory, sqlite_lock_path
+from tuner.db.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = socket.gethostname()

@@ -1,5 +1,5 @@
 """Several `tune run` processes starting at once on one fresh SQLite file all start cleanly:
-our schema and Optuna's are created under one lock (tuner.db.session._schema_lock), and the
+our schema and Optuna's are created under one lock (tuner.db.session.schema_lock), and the
 key is tuned once, by whichever process claims it. Runs through the interpreter."""
 import os
 import sqlite3

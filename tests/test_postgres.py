@@ -23,7 +23,8 @@ from sqlalchemy.engine import make_url
 from tests.factories import SMALL_SPACE
 from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.db.models import Study, Trial, Winner
-from tuner.db.session import open_engine, optuna_storage
+from tuner.db.optuna_storage import optuna_storage
+from tuner.db.session import open_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow  # whole runs, as subprocesses, on a PostgreSQL server

@@ -11,6 +11,7 @@ from tuner.kernels import KERNELS
 from tuner.kernels.calls import meta_gemm
 from tuner.model import predict as model
 from tuner.model.named_devices import named_spec
+from tuner.search.budget import DEFAULT_SAMPLER
 from tuner.search.replay import (
     STRATEGIES,
     Recording,
@@ -29,7 +30,6 @@ from tuner.search.replay_report import (
     model_pick_ratios,
     model_quality_table,
 )
-from tuner.search.samplers import DEFAULT_SAMPLER
 from tuner.shapes import Shape
 from tuner.space import config_signature, parse_space
 

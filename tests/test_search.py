@@ -7,14 +7,16 @@ from types import SimpleNamespace
 import pytest
 
 from tests.factories import H100, VARIANTS, told_and_objective
-from tuner.db.session import optuna_storage, session_factory
+from tuner.db.optuna_storage import optuna_storage
+from tuner.db.session import session_factory
 from tuner.db.store import Store
 from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.kernels import KERNELS
 from tuner.kernels.calls import meta_gemm
 from tuner.objective import EAGER, GRAPH, call_ms, eligible
-from tuner.search.study import StudyBudget, StudyRunner
+from tuner.search.budget import StudyBudget
+from tuner.search.study import DeviceSlot, StudyRecords, StudyRunner
 from tuner.shapes import Shape
 from tuner.space import parse_space
 
@@ -83,10 +85,9 @@ def world(tmp_path):
                                   seed=3, retune=retune, launch=launch)
         budget = StudyBudget(trials, timeout, 3, batch=4, patience=patience,
                              exhaustive=exhaustive, launch=launch, polish=polish)
-        return StudyRunner(store, optuna_storage(url), executor, run, device, kernel_row,
-                           record, KERNELS["mm"], space, SHAPE, budget=budget, slot=0,
-                           smem_limit=232448, on_trial=lambda *a: None,
-                           warm_start=warm_start), record
+        records = StudyRecords(store, optuna_storage(url), run, device, kernel_row, record)
+        return StudyRunner(records, DeviceSlot(executor, 0, 232448), KERNELS["mm"], space,
+                           SHAPE, budget, warm_start=warm_start), record
     return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row,
                            url=url)
 

@@ -19,6 +19,7 @@ import click
 
 from tuner.errors import UserError
 from tuner.objective import DEFAULT_LAUNCH, LAUNCH_MODES
+from tuner.reporting import STDERR
 from tuner.shapes import load_shapes
 
 # SQLite URLs of an in-memory database: gone when the command ends, with nothing tuned kept.
@@ -91,10 +92,6 @@ compile_timeout_option = click.option(
     "--compile-timeout", "compile_timeout_s", default=120.0, show_default=True,
     type=FiniteFloatRange(min=0, min_open=True),
     help="Seconds one config may compile; past it the trial is a 'timeout'.")
-
-
-def _note(line: str) -> None:
-    click.echo(line, err=True)
 
 
 def one_line_errors(command):
@@ -196,13 +193,14 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 def run(db, shapes_path, space_paths, trials, timeout_s, patience, polish, seed, retune,
         backend_name, devices_text, jobs, batch, sampler, exhaustive, launch, compile_timeout_s):
     """Tune every shape listed in --shapes and store every trial in the database."""
-    from tuner.tuning import RunOptions, Workers, tune_run
+    from tuner.search.budget import StudyBudget
+    from tuner.tuning import Workers, tune_run
 
     shapes = load_shapes(shapes_path)
     workers = Workers(backend_name, jobs, compile_timeout_s, _device_list(devices_text))
-    options = RunOptions(trials, timeout_s, patience, seed, batch, sampler, exhaustive, launch,
-                         retune, polish)
-    summary = tune_run(db, shapes, space_paths, options, workers, sys.argv, _note)
+    budget = StudyBudget(trials, timeout_s, seed, batch or workers.default_batch, patience,
+                         sampler, exhaustive, launch, polish)
+    summary = tune_run(db, shapes, space_paths, budget, workers, sys.argv, retune, STDERR)
     click.echo(f"tuned {len(summary.tuned)}, already tuned {len(summary.skipped)}, "
                f"busy elsewhere {len(summary.busy)}, failed {len(summary.failed)}", err=True)
     if summary.failed:
@@ -231,7 +229,8 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
             raise click.BadParameter(unknown, param_hint="'--device'")
     from tuner.suggest import write_suggestions
 
-    write_suggestions(load_shapes(shapes_path), space_paths, device_name, fmt, output)
+    write_suggestions(load_shapes(shapes_path), space_paths, device_name, fmt, output,
+                      STDERR)
 
 
 @main.command()
@@ -268,7 +267,7 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
         chosen.append(STRATEGIES[name])
     replay_strategies(db if recording_path else _existing(db), recording_path,
                       device_selector, save_recording, chosen, seeds, trials, in_flight, jobs,
-                      plot_path, click.echo, _note)
+                      plot_path, click.echo, STDERR)
 
 
 # What the deprecated `tune export --format X` names, as subcommands.
@@ -370,7 +369,7 @@ def export_table(db, output, device_selector, exact, launch, merge):
     from tuner.export.picks import Selection
 
     writers.export_table(_existing(db).store, output, Selection(device_selector, exact, launch),
-                         merge)
+                         merge, STDERR)
 
 
 @export.command("expand")
@@ -443,10 +442,10 @@ def _write_flaggems(db, fmt: str, output: str, table_path: str | None, selection
     from tuner.export.writers import export_device_file, export_table_file
 
     if table_path is not None:
-        export_table_file(table_path, fmt, output, options)
+        export_table_file(table_path, fmt, output, options, STDERR)
     else:
         export_device_file(_existing(db).store, fmt, output, selection, options,
-                           _safe_url(db.url))
+                           _safe_url(db.url), STDERR)
 
 
 def _shown_url(url: str) -> str:
@@ -478,7 +477,7 @@ def show(db, device_selector, failures):
 
     from tuner.reports import show_table
 
-    Console().print(show_table(_existing(db).store, device_selector, failures, _note))
+    Console().print(show_table(_existing(db).store, device_selector, failures, STDERR))
 
 
 @main.command()
@@ -514,7 +513,7 @@ def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, back
     from tuner.bucketing.job import choose_buckets
 
     choose_buckets(db, shapes_path, max_regret, candidates, device_selector, seed, workers,
-                   devices, click.echo, _note)
+                   devices, click.echo, STDERR)
 
 
 @main.command()
@@ -569,4 +568,4 @@ def db_upgrade(db):
 
     before, head = upgrade_database(_existing(db).url)
     state = "already current" if before == head else "upgraded"
-    _note(f"database {_shown_url(db.url)}: schema at revision {head} ({state})")
+    STDERR.note(f"database {_shown_url(db.url)}: schema at revision {head} ({state})")

@@ -13,6 +13,7 @@ from pathlib import Path
 from tuner.runtime import CUBLAS
 from tuner.shapes import Shape
 from tuner.space import config_signature
+from tuner.statuses import TrialStatus
 from tuner.validate import RuntimePick, runtime_pick
 
 
@@ -39,7 +40,7 @@ def answers(timings: dict, table: Path) -> list[Answer]:
     answer among them."""
     found = []
     for row in timings["rows"]:
-        pool = [entry for entry in row["pool"] if entry["status"] == "ok"]
+        pool = [entry for entry in row["pool"] if entry["status"] == TrialStatus.OK]
         pick = runtime_pick(table, Shape.from_label(row["shape"]))
         timed = next((entry for entry in pool if config_signature(entry["config"])
                       == config_signature(pick.config)), None)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tuner.statuses import TrialStatus
+
 EAGER, GRAPH = "eager", "graph"
 LAUNCH_MODES = (EAGER, GRAPH)
 DEFAULT_LAUNCH = EAGER
@@ -66,7 +68,7 @@ def ranked(measured: Iterable, launch: str) -> list:
     """The correct records that have the `launch` figure and that `launch` may choose among
     (eligible), fastest call first (the given order on a tie): the first wins where nothing
     is re-timed."""
-    timed = [m for m in measured if m.status == "ok" and call_ms(m, launch) is not None]
+    timed = [m for m in measured if m.status == TrialStatus.OK and call_ms(m, launch) is not None]
     return sorted(eligible(timed, launch), key=lambda m: call_ms(m, launch))
 
 

@@ -2,17 +2,14 @@
 database as a table, and search strategies compared on recorded timings."""
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
+from tuner.reporting import STDERR, Reporter
 
 
 def show_table(store, device_selector: str | None, failures: bool,
-               note: Callable[[str], None] = _stderr):
+               reporter: Reporter = STDERR):
     """`tune show`: a rich Table of one device's current winners (shape, config, device time,
     host time per eager call, TFLOP/s, speed against cuBLAS), or with `failures` of the
     configs remembered as failing on the matching devices."""
@@ -23,7 +20,7 @@ def show_table(store, device_selector: str | None, failures: bool,
     from tuner.export.picks import current_device_winners
     from tuner.kernels.base import config_label
 
-    device, winners = current_device_winners(store, device_selector)
+    device, winners = current_device_winners(store, device_selector, reporter)
     table = Table(title=f"winners on {device.name} [{device.fingerprint}]")
     numbers = ("ms", "host µs", "TFLOP/s", "vs cuBLAS")
     for column in ("kernel", "tuned shape", "config", *numbers):
@@ -60,8 +57,7 @@ def failures_table(store, device_selector: str | None):
     return table
 
 
-def recording_from_db(store, device_selector: str | None,
-                      note: Callable[[str], None] = _stderr):
+def recording_from_db(store, device_selector: str | None, reporter: Reporter = STDERR):
     """The recording of the one device of the database the selector matches (shapes not
     measured exhaustively are left out, with a note each)."""
     from tuner.search.replay import ReplayError, recording_from_store
@@ -72,7 +68,7 @@ def recording_from_db(store, device_selector: str | None,
         raise ReplayError(f"--device must pick one device of the database (matching: {names})")
     recording, skipped = recording_from_store(store, devices[0])
     for line in skipped:
-        note(f"note: not exhaustive, left out: {line}")
+        reporter.note(f"note: not exhaustive, left out: {line}")
     return recording
 
 
@@ -80,7 +76,7 @@ def replay_strategies(db, recording_path: str | None, device_selector: str | Non
                       save_recording: str | None, strategies: Sequence, seeds: int, trials: int,
                       in_flight: int, jobs: int, plot_path: str | None,
                       out: Callable[[str], None] = print,
-                      note: Callable[[str], None] = _stderr) -> None:
+                      reporter: Reporter = STDERR) -> None:
     """`tune replay`: replay the strategies (tuner.search.replay.Strategy) on a recording,
     read from `recording_path` or else from `db` (a tuner.db.database.Database, opened only
     then), and report the median curves and the model's first pick to `out`."""
@@ -90,7 +86,7 @@ def replay_strategies(db, recording_path: str | None, device_selector: str | Non
     if recording_path:
         recording = replays.Recording.load(recording_path)
     else:
-        recording = recording_from_db(db.store, device_selector, note)
+        recording = recording_from_db(db.store, device_selector, reporter)
         if save_recording:
             recording.save(save_recording)
     if not recording.shapes:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuner.errors import UserError
+from tuner.reporting import STDERR, Reporter
+from tuner.search.budget import StudyBudget
 
 # Configs in flight per study unless --batch says otherwise: enough compiling at once to keep
 # one GPU measuring, few enough that the sampler still learns from most of what it proposed.
@@ -22,10 +24,6 @@ MAX_DEFAULT_BATCH = 16
 
 class BackendError(UserError, RuntimeError):
     """The backend asked for cannot run in this process."""
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -48,6 +46,7 @@ class Workers:
 
     @property
     def default_batch(self) -> int:
+        """Configs in flight per study where `tune run --batch` does not say."""
         return min(self.jobs, MAX_DEFAULT_BATCH)
 
 
@@ -87,31 +86,16 @@ def tune_plans(db, executor, spaces: dict, plans: list, budget, retune: bool,
         return job.run(plans, command)
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """`tune run`'s search knobs (tuner.search.study.StudyBudget, and --retune)."""
-    trials: int
-    timeout_s: float | None
-    patience: int
-    seed: int
-    batch: int | None  # None: Workers.default_batch
-    sampler: str
-    exhaustive: bool
-    launch: str
-    retune: bool
-    polish: int
-
-
-def tune_run(db, shapes: list, space_paths: Sequence[str], options: RunOptions,
-             workers: Workers, command: list[str],
-             note: Callable[[str], None] = _stderr):
-    """`tune run`: tune every shape into `db` (a tuner.db.database.Database); the
-    RunSummary. note: where the one-line summary of the plan goes."""
+def tune_run(db, shapes: list, space_paths: Sequence[str], budget: StudyBudget,
+             workers: Workers, command: list[str], retune: bool = False,
+             reporter: Reporter = STDERR):
+    """`tune run`: tune every shape into `db` (a tuner.db.database.Database), each study
+    within `budget` (tuned keys again with `retune`); the RunSummary. The reporter hears the
+    one-line summary of the plan."""
     devices = workers.check()
 
     from tuner.kernels import kernel_for
     from tuner.search.planning import plan_studies
-    from tuner.search.study import StudyBudget
 
     spaces = load_spaces(space_paths)
     plans = plan_studies(shapes, spaces, kernel_for)
@@ -123,12 +107,8 @@ def tune_run(db, shapes: list, space_paths: Sequence[str], options: RunOptions,
     try:
         sizes = ", ".join(f"{n} {spaces[n].size}" for n in sorted({p.kernel for p in plans}))
         where = f"GPUs {','.join(map(str, devices))}" if devices else "the CPU interpreter"
-        note(f"{len(shapes)} shapes -> {len(plans)} studies on {where}, {options.trials} trials "
-             f"each (configs in space: {sizes})")
-        budget = StudyBudget(options.trials, options.timeout_s, options.seed,
-                             options.batch or workers.default_batch, options.patience,
-                             options.sampler, options.exhaustive, options.launch,
-                             options.polish)
-        return tune_plans(db, executor, spaces, plans, budget, options.retune, command)
+        reporter.note(f"{len(shapes)} shapes -> {len(plans)} studies on {where}, "
+                      f"{budget.trials} trials each (configs in space: {sizes})")
+        return tune_plans(db, executor, spaces, plans, budget, retune, command)
     finally:
         executor.close()

@@ -92,8 +92,8 @@ def validate_table(db, table_path: str | Path, shapes_path: str | Path, trials: 
     """
     from tuner.export.picks import current_only
     from tuner.formats.files import write_text_atomic
+    from tuner.search.budget import StudyBudget
     from tuner.search.planning import plan_studies
-    from tuner.search.study import StudyBudget
     from tuner.tuning import load_spaces, tune_plans
 
     table_path = Path(table_path)

@@ -18,11 +18,10 @@ head revision matches the models.
 """
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from tuner.errors import UserError
+from tuner.reporting import STDERR, Reporter
 
 VERSION_TABLE = "tuner_alembic_version"
 HERE = Path(__file__).resolve().parent
@@ -40,10 +39,6 @@ def ours(obj, name, type_, reflected, compare_to) -> bool:
     database and are Optuna's to manage)."""
     table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
     return table is None or (table.startswith(TABLE_PREFIX) and table != VERSION_TABLE)
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
 
 
 def alembic_config(connection=None):
@@ -74,12 +69,11 @@ def current_revision(conn) -> str | None:
         conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
-def upgrade_schema(conn, where: str,
-                   note: Callable[[str], None] | None = _stderr) -> tuple[str | None, str]:
+def upgrade_schema(conn, where: str, reporter: Reporter = STDERR) -> tuple[str | None, str]:
     """Bring the database on `conn` to the head revision; (revision before, head).
 
     The caller holds the schema lock and commits. An empty database gets the whole chain
-    silently; an older one is upgraded with one line to `note`; one at an unknown revision
+    silently; an older one is upgraded with one line to the reporter; one at an unknown revision
     (newer code wrote it) raises SchemaTooNewError, with nothing changed.
     """
     from alembic import command
@@ -97,7 +91,7 @@ def upgrade_schema(conn, where: str,
     existing = before is not None or any(
         name.startswith(TABLE_PREFIX) for name in inspect(conn).get_table_names())
     command.upgrade(alembic_config(conn), "head")
-    if existing and note is not None:
+    if existing:
         was = before or "unversioned (before migrations)"
-        note(f"upgraded database {where} schema from {was} to {head}")
+        reporter.note(f"upgraded database {where} schema from {was} to {head}")
     return before, head

@@ -9,7 +9,6 @@ another budget is free.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from tuner.bucketing.search import (
@@ -27,7 +26,9 @@ from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store, params_key
 from tuner.errors import UserError
 from tuner.kernels import kernel_for
+from tuner.reporting import STDERR, Reporter
 from tuner.shapes import Shape, load_shapes
+from tuner.statuses import TrialStatus
 
 
 class SharingError(UserError, RuntimeError):
@@ -86,7 +87,7 @@ def gather_times(store: Store, device: Device, kernel_row: KernelVersion,
             stored = store.cross_timings(device, kernel_row, shape)
         for config in configs:
             row = stored[params_key(config)]
-            times[shape, signature(config)] = row.p50_ms if row.status == "ok" else None
+            times[shape, signature(config)] = row.p50_ms if row.status == TrialStatus.OK else None
         on_shape(shape)
     return times
 
@@ -141,14 +142,10 @@ def pareto_markdown(kernel: str, result: SearchResult, max_regret: float) -> str
     return "\n".join(lines)
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
 def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence[str],
                    device_selector: str | None, seed: int, workers, devices: tuple[int, ...],
                    out: Callable[[str], None] = print,
-                   note: Callable[[str], None] = _stderr) -> None:
+                   reporter: Reporter = STDERR) -> None:
     """`tune buckets` on `db` (a tuner.db.database.Database, opened once the input is read):
     time each listed shape with the winners it could share (those timings stored), search
     the candidate strategies (finest first; none: DEFAULT_CANDIDATES) for the smallest
@@ -156,7 +153,7 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
 
     workers: a tuner.tuning.Workers whose check() gave `devices` (before triton was
     imported); an executor starts only if something is left to time. out: each kernel's
-    Pareto table as markdown; note: progress lines.
+    Pareto table as markdown; the reporter: progress lines.
     """
     from rich.console import Console
     from rich.progress import Progress
@@ -170,7 +167,7 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
     per_field = {f: tuple(candidates or DEFAULT_CANDIDATES) for f in SEARCHED_FIELDS}
     shapes = distinct_shapes(load_shapes(shapes_path))
     store = db.store
-    device, winners = current_device_winners(store, device_selector)
+    device, winners = current_device_winners(store, device_selector, reporter)
     members = exact_members(winners, shapes)
     by_kernel: dict[str, list] = {}
     for m in members:
@@ -181,8 +178,8 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
                       for c in configs)
                   for k, per_shape in needed.items() for shape, configs in per_shape.items())
     pairs = sum(len(c) for n in needed.values() for c in n.values())
-    note(f"{len(members)} shapes, {pairs} (shape, config) timings needed; {to_time} shapes "
-         "to time")
+    reporter.note(f"{len(members)} shapes, {pairs} (shape, config) timings needed; "
+                  f"{to_time} shapes to time")
     executor = workers.executor(devices) if to_time else None
     try:
         if executor is not None and executor.device_info().fingerprint != device.fingerprint:
@@ -207,4 +204,4 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
         store.save_bucketing(device, kernel_rows[kernel_name], result.chosen.strategy,
                              max_regret, buckets_json, pareto_json, shapes_path)
         out(pareto_markdown(kernel_name, result, max_regret) + "\n")
-    note("stored; `tune export` now writes one row per bucket")
+    reporter.note("stored; `tune export` now writes one row per bucket")

@@ -18,13 +18,14 @@ from tuner.kernels.base import Kernel
 from tuner.kernels.calls import meta_gemm, runnable_config
 from tuner.objective import GRAPH
 from tuner.shapes import Shape
+from tuner.statuses import TrialStatus
 
 
 @dataclass(frozen=True)
 class SideBySide:
     """One config's outcome on the shape: p50_ms is set only when it ran correctly."""
     config: dict  # as asked (the runnable form may differ in pad)
-    status: str  # ok | unsupported | a trial status (compile_error, wrong, ...)
+    status: TrialStatus
     reason: str | None
     p50_ms: float | None
     method: str | None
@@ -39,7 +40,7 @@ def time_side_by_side(executor: Executor, kernel: Kernel, shape: Shape, seed: in
     for i, config in enumerate(configs):
         launched, refusal = runnable_config(kernel, config, gemm)
         if refusal:
-            outcomes[i] = SideBySide(config, "unsupported", refusal, None, None)
+            outcomes[i] = SideBySide(config, TrialStatus.UNSUPPORTED, refusal, None, None)
         else:
             runnable[i] = dict(launched)
     compiles = {i: executor.submit_compile(shape, kernel.name, c) for i, c in runnable.items()}
@@ -48,7 +49,7 @@ def time_side_by_side(executor: Executor, kernel: Kernel, shape: Shape, seed: in
         compiled = compiles[i].result()
         result = (compiled if not isinstance(compiled, float)
                   else executor.measure(0, shape, seed, kernel.name, config))
-        if result.status == "ok":
+        if result.status == TrialStatus.OK:
             correct.append(i)
         else:
             outcomes[i] = SideBySide(configs[i], result.status, result.reason, None, None)
@@ -58,7 +59,8 @@ def time_side_by_side(executor: Executor, kernel: Kernel, shape: Shape, seed: in
     if timings is None:  # the device worker was lost re-timing: no ratio can be trusted
         timings = [None] * len(correct)
     for i, timing in zip(correct, timings):
-        outcomes[i] = (SideBySide(configs[i], "ok", None, timing.p50_ms, timing.method)
-                       if timing else SideBySide(configs[i], "crashed", "lost while re-timing",
-                                                 None, None))
+        outcomes[i] = (
+            SideBySide(configs[i], TrialStatus.OK, None, timing.p50_ms, timing.method)
+            if timing else SideBySide(configs[i], TrialStatus.CRASHED, "lost while re-timing",
+                                      None, None))
     return [outcomes[i] for i in range(len(configs))]

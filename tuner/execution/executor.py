@@ -21,6 +21,7 @@ from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.execution.workers import TaskFailed, Worker, WorkerLost
 from tuner.shapes import Shape
+from tuner.statuses import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ def compile_limit(recent_s: Sequence[float], cap_s: float) -> float:
 
 def _lost(e: WorkerLost) -> TrialResult:
     reason = str(e)
-    return TrialResult("timeout" if reason.startswith("timeout") else "crashed", reason)
+    return TrialResult(TrialStatus.TIMEOUT if reason.startswith("timeout")
+                       else TrialStatus.CRASHED, reason)
 
 
 class Executor:
@@ -107,12 +109,12 @@ class Executor:
             self.recent_compiles_s.append(seconds)
             return seconds
         except TaskFailed as e:
-            return TrialResult("compile_error", str(e))
+            return TrialResult(TrialStatus.COMPILE_ERROR, str(e))
         except WorkerLost as e:
             worker.start()  # its replacement imports while the pool works on
             limit, cap = self._compile_limit(), self.options.compile_timeout_s
             if str(e).startswith("timeout") and limit < cap:
-                return TrialResult("timeout", f"compile outlasted {limit:.0f} s, "
+                return TrialResult(TrialStatus.TIMEOUT, f"compile outlasted {limit:.0f} s, "
                                    f"{STRAGGLER_FACTOR:g}x the run's median compile "
                                    f"(--compile-timeout {cap:g} s)")
             return _lost(e)
@@ -138,7 +140,7 @@ class Executor:
                                                   kernel_name, config,
                                                   timeout=self.options.trial_timeout_s)
         except TaskFailed as e:  # a sticky CUDA error: the worker has exited
-            return TrialResult("crashed", f"cuda: {e}")
+            return TrialResult(TrialStatus.CRASHED, f"cuda: {e}")
         except WorkerLost as e:
             return _lost(e)
 

@@ -36,6 +36,7 @@ from tuner.kernels.calls import fp8_scales, laid_out, meta_gemm
 from tuner.kernels.launches import prepare
 from tuner.objective import GRAPH
 from tuner.shapes import Shape
+from tuner.statuses import TrialStatus
 
 # Small problems get this many bytes of rotating input sets (a few times any Hopper L2),
 # so that timed runs read operands from device memory, as they would in a model.
@@ -45,7 +46,7 @@ MAX_INPUT_SETS = 16
 
 @dataclass(frozen=True)
 class TrialResult:
-    status: str  # ok | infeasible | compile_error | timeout | runtime_error | crashed | wrong
+    status: TrialStatus
     reason: str | None = None
     p20_ms: float | None = None
     p50_ms: float | None = None
@@ -56,6 +57,9 @@ class TrialResult:
     timing_method: str | None = None
     host_us: float | None = None  # host time per back-to-back call of the launch path
     loop_ms: float | None = None  # wall time per back-to-back call, final synchronize included
+
+    def __post_init__(self) -> None:  # a status given as its stored string is the enum too
+        object.__setattr__(self, "status", TrialStatus(self.status))
 
     def as_columns(self) -> dict:
         return asdict(self)
@@ -160,11 +164,11 @@ class ShapeBench:
         first_launch_s = time.perf_counter() - start
         err = relative_error(check_out, self.reference)
         if not err <= self.tolerance:
-            return TrialResult("wrong", f"relative error {err:.3g} > {self.tolerance:g}",
+            return TrialResult(TrialStatus.WRONG, f"relative error {err:.3g} > {self.tolerance:g}",
                                rel_error=err, compile_s=first_launch_s)
         timing = self.backend.time(self._launcher(kernel, config), len(self.sets))
         calls = time_calls(self._call_loop(kernel, config))
-        return TrialResult("ok", None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
+        return TrialResult(TrialStatus.OK, None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
                            self._tflops(timing), err, None, timing.method, calls.host_us,
                            calls.loop_ms)
 
@@ -204,7 +208,8 @@ def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict) -> Tri
             raise
         # CompilationError, OutOfResources and friends all live in triton's own modules.
         triton_error = type(e).__module__.split(".")[0] == "triton"
-        return TrialResult("compile_error" if triton_error else "runtime_error", one_line(e))
+        return TrialResult(TrialStatus.COMPILE_ERROR if triton_error
+                           else TrialStatus.RUNTIME_ERROR, one_line(e))
 
 
 def baseline_task(shape: Shape, seed: int) -> Timing | None:

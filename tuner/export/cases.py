@@ -27,13 +27,11 @@ from tuner.export.picks import Pick, exported_trial
 from tuner.formats.device import device_info
 from tuner.formats.table import table_rows
 from tuner.shapes import Shape
+from tuner.statuses import CANNOT_RUN, TrialStatus
 
 MODEL_NOTE = ("times a tuned shape has no measurement of are the analytical model's "
               "(tuner.model.predict.predict_ms) scaled to that shape's measured winner, and "
               "never below it")
-# Cross-timing statuses that say a config cannot run a shape (it never answers it); a lost
-# worker or a timeout says nothing of the config.
-CANNOT_RUN = ("unsupported", "infeasible", "compile_error", "runtime_error", "wrong")
 
 
 @dataclass(frozen=True)
@@ -126,21 +124,21 @@ def tuned_from_db(store: Store, device: Device, winners: list[Winner], launch: s
         if trial is None or not trial.p50_ms:
             continue
         if op_of(w.kernel.name, trial.params) is None:  # cuBLAS won: its fastest Triton trial
-            trial = min((t for t in w.study.trials if t.status == "ok" and t.p50_ms
+            trial = min((t for t in w.study.trials if t.status == TrialStatus.OK and t.p50_ms
                          and op_of(w.kernel.name, t.params)),
                         key=lambda t: t.p50_ms, default=trial)
         op = op_of(w.kernel.name, trial.params)
         if op is None:
             continue
         shape = w.study.shape
-        timed = [(t.params, t.p50_ms) for t in w.study.trials if t.status == "ok"]
+        timed = [(t.params, t.p50_ms) for t in w.study.trials if t.status == TrialStatus.OK]
         rows = store.cross_timings(device, w.kernel, shape)
-        cross = {k: row for k, row in rows.items() if row.status == "ok" and row.p50_ms}
+        cross = {k: row for k, row in rows.items() if row.status == TrialStatus.OK and row.p50_ms}
         mine = cross.get(params_key(trial.params))
         scale = trial.p50_ms / mine.p50_ms if mine is not None else 1.0
         timed += [(row.params, row.p50_ms * scale) for row in cross.values()]
         # a config found unable to run the shape (refused, wrong, failed to compile) is
-        # measured as never answering it
+        # measured as never answering it; a lost worker or a timeout says nothing of it
         timed += [(row.params, math.inf) for row in rows.values() if row.status in CANNOT_RUN]
         tuned.append(Tuned(shape, w.kernel.name, dict(trial.params), trial.p50_ms,
                            _same_op(w.kernel.name, op, timed), weights.get(str(shape), 1.0)))

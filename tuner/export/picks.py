@@ -26,6 +26,7 @@ from tuner.objective import DEFAULT_LAUNCH, FIGURES, GRAPH, ranked
 from tuner.reporting import STDERR, Reporter
 from tuner.shapes import Shape
 from tuner.space import config_signature
+from tuner.statuses import TrialStatus
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def runner_up_trials(trials: Iterable[Trial], config: Mapping) -> list[Trial]:
     winner. Another tile, not another GROUP_M or stage count, since a neighbouring size wants
     a different tile far more often than a different pipeline depth of the same one."""
     taken, ups = {_tile(config)}, []
-    for trial in sorted((t for t in trials if t.status == "ok" and t.p50_ms),
+    for trial in sorted((t for t in trials if t.status == TrialStatus.OK and t.p50_ms),
                         key=lambda t: t.p50_ms):
         if len(ups) == ALTERNATES_PER_SHAPE:
             break

@@ -21,11 +21,12 @@ from dataclasses import dataclass, replace
 
 from tuner.db.store import params_key
 from tuner.export import ExportError
-from tuner.export.cases import CANNOT_RUN, Tuned, device_spec_of
+from tuner.export.cases import Tuned, device_spec_of
 from tuner.export.flaggems_ops import op_of
 from tuner.export.op_lists import NarrowedOp, bounded_ops
 from tuner.export.picks import Pick
 from tuner.reporting import STDERR, Reporter
+from tuner.statuses import CANNOT_RUN, TrialStatus
 
 # How often the narrowing is redone after timing its model-filled answers, at most.
 TIMING_ROUNDS = 3
@@ -177,11 +178,11 @@ class SideBySideTimer:
                                               self.where.seed, [tuned.winner, *configs])
         if self.save is not None:
             self.save(tuned, [winner, *outcomes])
-        if winner.status != "ok" or not winner.p50_ms:
+        if winner.status != TrialStatus.OK or not winner.p50_ms:
             self.reporter.note(f"  {tuned.shape}: its own winner did not run side by side "
                                f"({winner.status}: {winner.reason}); nothing timed")
             return [None] * len(configs)
-        return [o.p50_ms / winner.p50_ms if o.status == "ok" and o.p50_ms
+        return [o.p50_ms / winner.p50_ms if o.status == TrialStatus.OK and o.p50_ms
                 else math.inf if o.status in CANNOT_RUN else None for o in outcomes]
 
 
@@ -206,12 +207,12 @@ def cross_timing_saver(store, device, kernels: Mapping[str, object]) -> Save:
         if kernel is None:
             return
         winner, *others = outcomes
-        if winner.status != "ok" or not winner.p50_ms:
+        if winner.status != TrialStatus.OK or not winner.p50_ms:
             return  # no ratio to trust
         stored = store.cross_timings(device, kernel, tuned.shape).get(
             params_key(tuned.winner))
         scale = 1.0
-        if stored is not None and stored.status == "ok" and stored.p50_ms:
+        if stored is not None and stored.status == TrialStatus.OK and stored.p50_ms:
             scale = stored.p50_ms / winner.p50_ms  # keep the stored winner's row and scale
         else:
             others = outcomes

@@ -14,9 +14,9 @@ The cache is a table file (tuner.formats.table's format: `tune export table
 --merge` takes it in): TUNE_ONLINE_CACHE, else `<expand file's stem>.online.yaml` beside it.
 Processes share it safely:
 
-- each write is read-merge-write of the whole file under an exclusive `fcntl.flock` of
-  `<cache>.lock`, the file replaced atomically (temp file + os.replace): no entry of another
-  process is lost, no reader sees half a file;
+- each write is read-merge-write of the whole file under an exclusive lock of
+  `<cache>.lock` (tuner.filelock), the file replaced atomically (temp file + os.replace): no
+  entry of another process is lost, no reader sees half a file;
 - the lock is held while a bucket is tuned, and the cache is read again once it is taken: of
   processes starting together on one key, one tunes, the others wait and then read its
   winner (measuring nothing), and no two time on one GPU at once;
@@ -30,7 +30,6 @@ gave; TUNE_LOG=1 logs each tuning and each cache answer.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import time
@@ -40,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
+from tuner.filelock import exclusive_lock
 from tuner.formats.device import device_block
 from tuner.formats.files import write_atomic
 from tuner.formats.table import (
@@ -92,17 +92,12 @@ def lock_path(path: Path) -> Path:
 
 @contextlib.contextmanager
 def locked(path: str | os.PathLike) -> Iterator[None]:
-    """An exclusive lock on the cache at `path` (flock of `<path>.lock`, which is kept: removing
-    it would let two processes lock two different files), held for the block."""
+    """An exclusive lock on the cache at `path` (tuner.filelock on `<path>.lock`), held for the
+    block."""
     lock = lock_path(Path(path))
     lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(lock):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def read_cache(path: str | os.PathLike) -> dict | None:

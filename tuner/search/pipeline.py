@@ -1,20 +1,17 @@
 """The `tune run` job: plans spread over the devices, each key claimed, searched, and won.
 
 One thread per device worker takes planned keys from a shared queue. A key is claimed in the
-database first, so that several `tune run` processes, on one host or many, given the same
-database, tune each key once; a heartbeat keeps the claims of a live process, and a dead
-process's claims lapse after the lease.
+database first (tuner.db.claims), so that several `tune run` processes, on one host or many,
+given the same database, tune each key once.
 """
 from __future__ import annotations
 
-import os
 import queue
-import socket
 import threading
-import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tuner.db.claims import ClaimKeeper
 from tuner.db.store import Store
 from tuner.execution.executor import Executor
 from tuner.execution.measure import TrialResult
@@ -22,8 +19,9 @@ from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
 from tuner.model.predict import device_spec
 from tuner.objective import call_ms
+from tuner.search.budget import StudyBudget
 from tuner.search.planning import KeyPlan
-from tuner.search.study import StudyBudget, StudyRunner
+from tuner.search.study import DeviceSlot, StudyRecords, StudyRunner
 from tuner.search.warmstart import (
     ModelRanking,
     library_configs,
@@ -31,11 +29,10 @@ from tuner.search.warmstart import (
     nearest_winner_configs,
 )
 from tuner.space import SearchSpace
+from tuner.statuses import RunStatus
 
-CLAIM_LEASE_S = 300.0
 
-
-class Reporter(Protocol):
+class ProgressReporter(Protocol):
     """What the job tells its user while it works (the CLI draws progress bars from it)."""
 
     def key_started(self, plan: KeyPlan, trials: int) -> None: ...
@@ -51,66 +48,9 @@ class RunSummary:
     failed: list[str] = field(default_factory=list)
 
 
-def _dead_local_owner(owner: str) -> bool:
-    """Whether a claim's owner ran on this host and its process is gone (kill -9, crash):
-    then its claims need not wait out the lease."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
-
-
-class ClaimKeeper:
-    """Holds this process's claims and refreshes their heartbeat from a background thread."""
-
-    def __init__(self, store: Store, lease_s: float):
-        self.store, self.lease_s = store, lease_s
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.held: set[str] = set()
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True, name="claim-heartbeat")
-        self.thread.start()
-
-    def _beat(self) -> None:
-        while not self.stopped.wait(self.lease_s / 4):
-            with self.lock:
-                keys = list(self.held)
-            if keys:
-                self.store.heartbeat(keys, self.owner)
-
-    def claim(self, key: str) -> bool:
-        with self.lock:
-            taken = self.store.claim(key, self.owner, self.lease_s)
-            if not taken:
-                holder = self.store.claim_owner(key)
-                taken = bool(holder and _dead_local_owner(holder)
-                             and self.store.take_over(key, holder, self.owner))
-            if taken:
-                self.held.add(key)
-            return taken
-
-    def release(self, key: str) -> None:
-        with self.lock:
-            self.held.discard(key)
-            self.store.release(key, self.owner)
-
-    def close(self) -> None:
-        self.stopped.set()
-        for key in list(self.held):
-            self.release(key)
-
-
 class TuneJob:
     def __init__(self, store: Store, storage, executor: Executor, spaces: dict[str, SearchSpace],
-                 budget: StudyBudget, retune: bool, reporter: Reporter):
+                 budget: StudyBudget, retune: bool, reporter: ProgressReporter):
         self.store, self.storage, self.executor = store, storage, executor
         self.spaces, self.budget, self.retune, self.reporter = spaces, budget, retune, reporter
         self.summary = RunSummary()
@@ -125,7 +65,7 @@ class TuneJob:
         self.kernel_rows = {n: self.store.kernel(n, KERNELS[n].source_hash) for n in self.spaces}
         self.space_rows = {n: self.store.space(space) for n, space in self.spaces.items()}
         self.run_row = self.store.start_run(self.device, self.executor.options.backend, command)
-        self.claims = ClaimKeeper(self.store, CLAIM_LEASE_S)
+        self.claims = ClaimKeeper(self.store)
         # The model's warm-start picks, ranked when a study starts (seconds each) and kept:
         # finished keys never ask, so a resume costs what its new studies cost.
         self.ranking = ModelRanking(self.spec, self.smem_limit)
@@ -135,7 +75,7 @@ class TuneJob:
         threads = [threading.Thread(target=self._device_loop, args=(slot, todo), daemon=True,
                                     name=f"device-slot-{slot}")
                    for slot in range(self.executor.slots)]
-        status = "failed"
+        status = RunStatus.FAILED
         try:
             for t in threads:
                 t.start()
@@ -144,9 +84,9 @@ class TuneJob:
                     t.join(timeout=0.5)  # short waits keep Ctrl-C deliverable
             if self.error is not None:
                 raise self.error
-            status = "interrupted" if self.stop.is_set() else "finished"
+            status = RunStatus.INTERRUPTED if self.stop.is_set() else RunStatus.FINISHED
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = RunStatus.INTERRUPTED
             self.stop.set()
             raise
         finally:
@@ -218,12 +158,13 @@ class TuneJob:
                                            self.budget.launch)
             space = self.spaces[plan.kernel]
             runner = StudyRunner(
-                self.store, self.storage, self.executor, self.run_row, self.device,
-                kernel_row, record, KERNELS[plan.kernel], space, plan.shape,
-                budget=self.budget, slot=slot, smem_limit=self.smem_limit,
+                StudyRecords(self.store, self.storage, self.run_row, self.device, kernel_row,
+                             record),
+                DeviceSlot(self.executor, slot, self.smem_limit),
+                KERNELS[plan.kernel], space, plan.shape, self.budget,
+                warm_start=self._warm_start(plan, kernel_row, record),
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
-                keep_going=lambda: not self.stop.is_set(),
-                warm_start=self._warm_start(plan, kernel_row, record))
+                keep_going=lambda: not self.stop.is_set())
             self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible
             outcome = runner.run()
             if self.stop.is_set():

@@ -11,7 +11,7 @@ from tuner.search.planning import KeyPlan
 
 
 class RichReporter:
-    """Implements tuner.search.pipeline.Reporter with rich progress bars on stderr."""
+    """Implements tuner.search.pipeline.ProgressReporter with rich progress bars on stderr."""
 
     def __init__(self, total_keys: int, console: Console | None = None):
         self.console = console or Console(stderr=True)

@@ -33,6 +33,7 @@ from tuner.search.samplers import make_sampler
 from tuner.search.study import ASKS_PER_TRIAL
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature, parse_space
+from tuner.statuses import TrialStatus
 
 
 class ReplayError(UserError, ValueError):
@@ -93,8 +94,8 @@ def recording_from_store(store, device) -> tuple[Recording, list[str]]:
                       study.shape_layout)
         kernel, gemm = KERNELS[study.kernel.name], meta_gemm(shape)
         space = _space(study.space.yaml, f"study {study.id}").for_call(gemm)
-        measured = {config_signature(t.params): (t.tflops if t.status == "ok" else 0.0)
-                    for t in study.trials if t.status != "infeasible"}
+        measured = {config_signature(t.params): (t.tflops if t.status == TrialStatus.OK else 0.0)
+                    for t in study.trials if t.status != TrialStatus.INFEASIBLE}
         feasible = len(kernel.feasible_configs(space, gemm, device.smem_per_block))
         if len(measured) < feasible or not any(measured.values()):
             skipped.append(f"{shape}: {len(measured)} of {feasible} feasible configs measured")

@@ -42,7 +42,6 @@ def _random(seed: int) -> BaseSampler:
 
 SAMPLERS: dict[str, Callable[[int], BaseSampler]] = {
     "tpe": _tpe, "tpe-multivariate": _tpe_multivariate, "gp": _gp, "random": _random}
-DEFAULT_SAMPLER = "tpe"
 
 
 def make_sampler(name: str, seed: int) -> BaseSampler:

@@ -29,41 +29,24 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
-from tuner.db.store import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR, Store, params_key
+from tuner.db.optuna_storage import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR
+from tuner.db.store import Store, params_key
 from tuner.execution.executor import Executor
 from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing, is_tie
 from tuner.kernels.base import Kernel, specialization
 from tuner.kernels.calls import meta_gemm
-from tuner.objective import DEFAULT_LAUNCH, EAGER, call_tflops, finalists, ranked
-from tuner.search.samplers import DEFAULT_SAMPLER, make_sampler
+from tuner.objective import EAGER, call_tflops, finalists, ranked
+from tuner.search.budget import StudyBudget
+from tuner.search.samplers import make_sampler
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
+from tuner.statuses import TrialStatus
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# Statuses that say a config cannot work for a specialization: remembered, skipped next time.
-REMEMBERED = ("compile_error", "timeout", "crashed", "wrong")
 CANNOT_RUN_TFLOPS = 0.0  # what the sampler is told of a config that cannot run
 ASKS_PER_TRIAL = 10  # bound on asks when the sampler keeps proposing known configs
-
-
-@dataclass(frozen=True)
-class StudyBudget:
-    """A study's tuning knobs: what `tune run`'s options set."""
-    trials: int
-    timeout_s: float | None
-    seed: int
-    batch: int = 8  # configs in flight at once: compiling, or compiled and awaiting measure
-    # Stop once this many trials in a row improved the best by no more than IMPROVEMENT.
-    patience: int | None = None
-    sampler: str = DEFAULT_SAMPLER  # tuner.search.samplers
-    # Measure every feasible config of the study's space, in order, whatever `trials` says:
-    # a recording for `tune replay`.
-    exhaustive: bool = False
-    launch: str = DEFAULT_LAUNCH  # what the study optimises: eager or graph (tuner.objective)
-    # Trials, past the sampler's, that step from the best config to its neighbours.
-    polish: int = 0
 
 
 IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% of the objective
@@ -77,6 +60,27 @@ class StudyOutcome:
 
 
 @dataclass(frozen=True)
+class StudyRecords:
+    """Where a study keeps what it learns: our rows (`store`) and Optuna's (`storage`), for
+    this run, device and kernel source, under the study's own row."""
+    store: Store
+    storage: optuna.storages.BaseStorage
+    run: Run
+    device: Device
+    kernel_row: KernelVersion
+    study: Study
+
+
+@dataclass(frozen=True)
+class DeviceSlot:
+    """Where a study measures: one device slot of the executor, and that device's shared
+    memory per block (what the feasibility checks allow)."""
+    executor: Executor
+    slot: int
+    smem_limit: int
+
+
+@dataclass(frozen=True)
 class _Pending:
     """A config asked of the sampler and compiling, or compiled and waiting to be measured."""
     trial: optuna.trial.Trial
@@ -87,19 +91,20 @@ class _Pending:
 class StudyRunner:
     """Runs one study to its budget; `run` returns the winner and its final timing."""
 
-    def __init__(self, store: Store, storage, executor: Executor, run: Run, device: Device,
-                 kernel_row: KernelVersion, record: Study, kernel: Kernel, space: SearchSpace,
-                 shape: Shape, *, budget: StudyBudget, slot: int, smem_limit: int,
-                 on_trial: Callable[[int, TrialResult], None],
-                 keep_going: Callable[[], bool] = lambda: True,
-                 warm_start: Sequence[dict] = ()):
-        """The collaborators and the study's rows come positionally; the rest by name: the
-        tuning knobs (`budget`), where it measures (`slot`, `smem_limit`), its hooks and the
-        configs it tries first."""
-        self.store, self.storage, self.executor, self.slot = store, storage, executor, slot
-        self.run_row, self.device, self.kernel_row, self.record = run, device, kernel_row, record
+    def __init__(self, records: StudyRecords, bench: DeviceSlot, kernel: Kernel,
+                 space: SearchSpace, shape: Shape, budget: StudyBudget, *,
+                 warm_start: Sequence[dict] = (),
+                 on_trial: Callable[[int, TrialResult], None] = lambda done, result: None,
+                 keep_going: Callable[[], bool] = lambda: True):
+        """Where it stores and measures, what it searches and its knobs; by name, the configs
+        it tries first and its hooks: `on_trial(trials stored, result)` after each trial, and
+        `keep_going()`, asked between steps (False: stop, the study left open to resume)."""
+        self.store, self.storage, self.run_row = records.store, records.storage, records.run
+        self.device, self.kernel_row, self.record = (records.device, records.kernel_row,
+                                                     records.study)
+        self.executor, self.slot, self.smem_limit = bench.executor, bench.slot, bench.smem_limit
         self.kernel, self.shape, self.budget = kernel, shape, budget
-        self.smem_limit, self.on_trial, self.keep_going = smem_limit, on_trial, keep_going
+        self.on_trial, self.keep_going = on_trial, keep_going
         self.specialization = specialization(shape.key())
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
         # The study's own view of the space: a pad that leaves this shape as it is would only
@@ -109,7 +114,8 @@ class StudyRunner:
         # an exhaustive study tries all of its feasible configs, and only those.
         self.warm_start = [c for c in warm_start if self.space.holds(c)]
         if budget.exhaustive:
-            self.warm_start = kernel.feasible_configs(self.space, self.meta_gemm, smem_limit)
+            self.warm_start = kernel.feasible_configs(self.space, self.meta_gemm,
+                                                      self.smem_limit)
             self.budget = replace(budget, trials=len(self.warm_start), patience=None,
                                   polish=0)
         self.stored: dict[tuple, Trial] = {}
@@ -125,12 +131,12 @@ class StudyRunner:
     @property
     def attempted(self) -> int:
         """Trials that cost a compile or more: what the trial budget counts."""
-        return sum(t.status != "infeasible" for t in self.stored.values())
+        return sum(t.status != TrialStatus.INFEASIBLE for t in self.stored.values())
 
     def objective(self, row: Trial) -> float:
         """What the sampler maximises: TFLOP/s at the launch mode's time per call, 0 for a
         config that cannot run."""
-        if row.status != "ok":
+        if row.status != TrialStatus.OK:
             return CANNOT_RUN_TFLOPS
         return call_tflops(self.shape.flops, row, self.budget.launch)
 
@@ -140,7 +146,7 @@ class StudyRunner:
             return False
         best, since = 0.0, 0
         for trial in sorted(self.stored.values(), key=lambda t: t.number):
-            if trial.status == "infeasible":
+            if trial.status == TrialStatus.INFEASIBLE:
                 continue
             since += 1
             value = self.objective(trial)
@@ -153,7 +159,7 @@ class StudyRunner:
         row = self.store.add_trial(self.record, self.run_row, len(self.stored), params,
                                    **result.as_columns())
         self.stored[config_signature(params)] = row
-        if result.status in REMEMBERED:
+        if result.status.remembered:
             self.store.remember_failure(self.device, self.kernel_row, self.specialization,
                                         params, result.status, result.reason)
         self.on_trial(len(self.stored), result)
@@ -255,7 +261,8 @@ class StudyRunner:
             elif params_key(params) in known_failures:
                 study.tell(trial, CANNOT_RUN_TFLOPS)
             elif reason := self.kernel.feasible(params, self.meta_gemm, self.smem_limit):
-                self._tell(study, trial, self._store(params, TrialResult("infeasible", reason)))
+                infeasible = TrialResult(TrialStatus.INFEASIBLE, reason)
+                self._tell(study, trial, self._store(params, infeasible))
             else:
                 future = self.executor.submit_compile(self.shape, self.kernel.name, params)
                 self.in_flight[future] = _Pending(trial, params, signature)
