@@ -1,7 +1,8 @@
 """The shapes CSV a user lists their model's GEMMs in: `M,N,K,dtype,layout[,weight]`.
 
 Reading is all-or-nothing: the first malformed row raises `ShapesError` naming the file and
-line, before anything is tuned or written.
+line, before anything is tuned or written. `write_shapes` writes what `load_shapes` reads
+(tuner.recording writes its recordings through it).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,3 +155,16 @@ def _read_rows(path: Path, text: str) -> list[Shape]:
     if not shapes:
         raise ShapesError(f"{path}: no shapes listed")
     return shapes
+
+
+def write_shapes(path: str | Path, shapes: Iterable[Shape]) -> None:
+    """Write `shapes` (every column, a whole weight as an integer) to `path`, replacing it
+    atomically: a reader sees the old file or the new one."""
+    from tuner.runtime.table import write_text_atomic  # imports yaml, which reading needs not
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
+    for s in shapes:
+        weight = int(s.weight) if float(s.weight).is_integer() else s.weight
+        writer.writerow([s.M, s.N, s.K, s.dtype, s.layout, weight])
+    write_text_atomic(path, text.getvalue())

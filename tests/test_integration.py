@@ -1,0 +1,184 @@
+"""`tuner.enable` / `disable` / `enabled` and `tuner.patch` / `unpatch`: which calls reach the
+dispatcher, and that every other call goes to torch unchanged.
+
+The routing is tested on CPU (devices=("cpu",)); the kernels run in Triton's interpreter, as
+in test_dispatch.py. Each dispatcher call is counted by a counting `tuner.fronts.front`.
+"""
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tuner
+from tuner import fronts, integration, runtime
+from tuner.runtime import dispatch
+
+CPU = ("cpu",)
+
+
+@pytest.fixture(autouse=True)
+def triton_answers(monkeypatch):
+    """No table, and the runtime's best Triton answer (cuBLAS left out, so routed calls run
+    our kernels; warnings silenced); routing off after each test."""
+    monkeypatch.delenv("TUNE_CONFIG", raising=False)
+    monkeypatch.setattr(dispatch, "get_tuned_config", lambda op, **key:
+                        runtime.get_tuned_config_without(("cublas",), op, **key))
+    dispatch.clear_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+    tuner.disable()
+    dispatch.clear_cache()
+
+
+@pytest.fixture
+def calls(monkeypatch) -> Counter:
+    """How often the routing called tuner.matmul and tuner.linear (by name)."""
+    counts = Counter()
+    real = fronts.front
+
+    def counting_front(name):
+        function = real(name)
+
+        def counted(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(fronts, "front", counting_front)
+    return counts
+
+
+def close(actual, expected):
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_and_matmul_on_routed_devices_reach_the_dispatcher(calls):
+    x2, x3, weight, bias = (torch.randn(5, 16), torch.randn(2, 3, 16), torch.randn(8, 16),
+                            torch.randn(8))
+    a, b = torch.randn(4, 6), torch.randn(6, 7)
+    expected = [F.linear(x2, weight, bias), F.linear(x2, weight), F.linear(x3, weight, bias),
+                F.linear(x3, weight), a @ b, torch.bmm(x3, weight.t().expand(2, 16, 8))]
+    with tuner.enabled(CPU):
+        actual = [F.linear(x2, weight, bias), F.linear(x2, weight), F.linear(x3, weight, bias),
+                  F.linear(x3, weight), a @ b, torch.bmm(x3, weight.t().expand(2, 16, 8))]
+    assert calls == {"linear": 2, "matmul": 4}
+    for out, ref in zip(actual, expected):
+        close(out, ref)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: torch.randn(3, 4, dtype=torch.float64) @ torch.randn(4, 5, dtype=torch.float64),
+    lambda: torch.ones(3, 4, dtype=torch.int64) @ torch.ones(4, 5, dtype=torch.int64),
+    lambda: torch.randn(2, 3, 4) @ torch.randn(2, 4, 5),  # separate GEMMs
+    lambda: torch.randn(2, 2, 3, 4) @ torch.randn(2, 2, 4, 5),
+    lambda: torch.randn(6, 4).view(2, 3, 4).transpose(0, 1) @ torch.randn(4, 5),  # no fold
+    lambda: torch.addmm(torch.randn(3, 5), torch.randn(3, 4), torch.randn(4, 5)),
+    lambda: torch.addmm(torch.randn(5), torch.randn(3, 4), torch.randn(4, 5), beta=2),
+], ids=["fp64", "int64", "bmm", "4-D", "3-D-unfolded", "addmm-matrix", "addmm-beta"])
+def test_calls_the_tuner_does_not_take_go_to_torch_unchanged(call, calls):
+    torch.manual_seed(0)
+    expected = call()
+    torch.manual_seed(0)
+    with tuner.enabled(CPU):
+        actual = call()
+    assert calls == {}
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
+def test_devices_not_routed_go_to_torch(calls):
+    a, b = torch.randn(4, 6), torch.randn(6, 7)
+    with tuner.enabled():  # CUDA only: these CPU tensors are not routed
+        torch.testing.assert_close(a @ b, torch.mm(a, b), rtol=0, atol=0)
+    assert calls == {}
+
+
+def test_autograd_stays_torchs_and_its_gemms_are_routed_too(calls):
+    x = torch.randn(5, 16, requires_grad=True)
+    weight = torch.randn(8, 16, requires_grad=True)
+    bias = torch.randn(8, requires_grad=True)
+    grad = torch.randn(5, 8)
+    F.linear(x, weight, bias).backward(grad)
+    expected = [t.grad for t in (x, weight, bias)]
+    for t in (x, weight, bias):
+        t.grad = None
+    with tuner.enabled(CPU):
+        out = F.linear(x, weight, bias)
+        assert out.grad_fn is not None
+        out.backward(grad)
+    assert calls == {"linear": 1, "matmul": 2}  # the forward, then grad @ W and grad^T @ x
+    for actual, ref in zip((x.grad, weight.grad, bias.grad), expected):
+        close(actual, ref)
+
+
+def test_a_key_answered_by_cublas_reaches_torch_without_looping(calls, monkeypatch):
+    monkeypatch.setattr(dispatch, "get_tuned_config", runtime.get_tuned_config)
+    dispatch.clear_cache()
+    x, weight, bias = torch.randn(5, 16), torch.randn(8, 16), torch.randn(8)
+    expected = F.linear(x, weight, bias)
+    with tuner.enabled(CPU):
+        for _ in range(2):  # the first call, then the repeated one
+            close(F.linear(x, weight, bias), expected)
+    assert calls == {"linear": 2}
+    assert [c.config["variant"] for c in dispatch._CALLS.values()] == ["cublas"]
+
+
+def test_enable_disable_and_enabled_nest(calls):
+    a, b = torch.randn(4, 6), torch.randn(6, 7)
+    tuner.enable(CPU)
+    a @ b
+    with tuner.enabled(CPU):
+        a @ b
+    a @ b  # still enabled: the block restored what was before it
+    tuner.disable()
+    tuner.disable()  # twice is fine
+    a @ b
+    with tuner.enabled(CPU):
+        a @ b
+    a @ b
+    assert calls == {"matmul": 4}
+    with pytest.raises(ValueError, match="devices must name some of cuda, cpu"):
+        tuner.enable(("tpu",))
+
+
+class OwnForward(nn.Linear):
+    def forward(self, input):
+        return super().forward(input) * 2
+
+
+def test_patch_switches_each_linear_over_and_unpatch_restores_exactly(calls):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4, bias=False),
+                          OwnForward(4, 4))
+    hooked = nn.Linear(4, 4)
+    hooked.forward = lambda input: input  # e.g. accelerate's hook: not ours to replace
+    model.append(hooked)
+    x = torch.randn(2, 3, 16)
+    expected = model(x)
+    with tuner.patch(model, devices=CPU) as patched:
+        assert patched.modules == [model[0], model[2]]
+        close(model(x), expected)
+        assert calls == {"linear": 2}
+        with torch.no_grad():
+            model.double()(x.double())  # fp64: F.linear
+        assert calls == {"linear": 2}
+        model.float()
+    assert ["forward" in vars(m) for m in model] == [False, False, False, False, True]
+    tuner.patch(model)
+    close(model(x), expected)  # default devices: CPU inputs take F.linear
+    assert calls == {"linear": 2}
+    tuner.unpatch(model)
+    assert ["forward" in vars(m) for m in model] == [False, False, False, False, True]
+
+
+def test_a_patched_model_compiles_without_a_graph_break(calls):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+    x = torch.randn(5, 16)
+    expected = model(x)
+    integration.patch(model, devices=CPU)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    close(compiled(x), expected)
