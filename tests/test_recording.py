@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 import tuner
+from tuner.formats.files import OutputError
 from tuner.recording import main, skipped_path
-from tuner.runtime.table import OutputError
 from tuner.shapes import Shape, load_shapes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tuner import runtime
+from tuner.filelock import locked_beside
 from tuner.formats.device import header_device
 from tuner.formats.flaggems import is_expand_document
 from tuner.formats.table import TABLE_FORMAT, merge_documents, read_document
@@ -145,6 +146,7 @@ sys.modules["sqlalchemy"] = None
 sys.modules["optuna"] = None
 warnings.simplefilter("ignore")
 from tuner import runtime
+from tuner.filelock import locked_beside
 from tuner.runtime import online
 keys = json.loads(sys.argv[1])
 answers = [runtime.get_tuned_config("mm", **k) for k in keys]
@@ -208,7 +210,7 @@ def test_a_process_waits_for_the_lock_and_then_reads_what_the_holder_wrote(tmp_p
     environ.update(TRITON_INTERPRET="1", TUNE_CONFIG=str(expand), TUNE_ONLINE="1")
     from tuner.kernels import source_hashes
 
-    with online.locked(cache):
+    with locked_beside(cache):
         waiting = subprocess.Popen([sys.executable, "-c", LOOKUP, json.dumps([key(20)])],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=environ, cwd=ROOT)

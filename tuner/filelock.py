@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 try:
     import fcntl
@@ -36,3 +37,13 @@ def exclusive_lock(path: str | os.PathLike, *, required: bool = True) -> Iterato
         yield
     finally:
         os.close(fd)  # releases the flock
+
+
+@contextlib.contextmanager
+def locked_beside(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive lock on the file at `path`, held through `<path>.lock` beside it (the file
+    itself is replaced atomically by its writers, so it cannot carry the lock)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(path.with_name(path.name + ".lock")):
+        yield

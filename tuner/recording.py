@@ -49,9 +49,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tuner.dtypes import NAME_OF_TORCH_DTYPE
+from tuner.filelock import locked_beside
+from tuner.formats.files import write_text_atomic
 from tuner.gemm_calls import KERNEL_DTYPE_NAMES, KERNEL_DTYPES, folded_bmm, is_bias_row
-from tuner.runtime.online import locked
-from tuner.runtime.table import write_text_atomic
 from tuner.shapes import Shape, ShapesError, load_shapes, write_shapes
 
 ENV_VAR = "TUNE_RECORD"
@@ -159,7 +159,7 @@ class Recording:
         start counting afresh. ShapesError where the file there is no shapes CSV."""
         if not self.shapes and not self.skipped:
             return
-        with locked(self.path):
+        with locked_beside(self.path):
             if self.shapes:
                 existing = load_shapes(self.path) if self.path.exists() else []
                 write_shapes(self.path, merged(existing, self.shapes))

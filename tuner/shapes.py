@@ -160,7 +160,7 @@ def _read_rows(path: Path, text: str) -> list[Shape]:
 def write_shapes(path: str | Path, shapes: Iterable[Shape]) -> None:
     """Write `shapes` (every column, a whole weight as an integer) to `path`, replacing it
     atomically: a reader sees the old file or the new one."""
-    from tuner.runtime.table import write_text_atomic  # imports yaml, which reading needs not
+    from tuner.formats.files import write_text_atomic  # imports yaml, which reading needs not
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)

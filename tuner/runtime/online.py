@@ -29,17 +29,16 @@ gave; TUNE_LOG=1 logs each tuning and each cache answer.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
 from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
-from tuner.filelock import exclusive_lock
+from tuner.filelock import locked_beside
 from tuner.formats.device import device_block
 from tuner.formats.files import write_atomic
 from tuner.formats.table import (
@@ -86,20 +85,6 @@ def cache_path(expand_path: str | os.PathLike) -> Path:
     return expand_path.with_name(f"{expand_path.stem}.online.yaml")
 
 
-def lock_path(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
-
-
-@contextlib.contextmanager
-def locked(path: str | os.PathLike) -> Iterator[None]:
-    """An exclusive lock on the cache at `path` (tuner.filelock on `<path>.lock`), held for the
-    block."""
-    lock = lock_path(Path(path))
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(lock):
-        yield
-
-
 def read_cache(path: str | os.PathLike) -> dict | None:
     """The cache's table document, None where there is no file yet; ValueError where the file
     is not a table."""
@@ -115,7 +100,7 @@ def read_cache(path: str | os.PathLike) -> dict | None:
 def remember(path: str | os.PathLike, device: Mapping, launch: str, op: str,
              strategy: Mapping[str, str], kernel_source_hash: str, entry: dict) -> None:
     """Add an entry to the cache at `path`: read, merge and write under the lock."""
-    with locked(path):
+    with locked_beside(path):
         _write_merged(Path(path), device, launch, op, strategy, kernel_source_hash, entry)
 
 
@@ -233,7 +218,7 @@ class OnlineCache:
         """The winner of the key's bucket: the cache's, where another process wrote it while
         this one waited for the lock; else the fastest correct of `candidates` (each timed),
         written to the cache. None where no candidate ran correctly."""
-        with locked(self.path):
+        with locked_beside(self.path):
             hit = self.lookup(op, key, strategy)
             if hit is not None and hit["variant"] not in excluded:
                 return hit
