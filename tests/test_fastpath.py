@@ -176,3 +176,26 @@ def test_a_failed_build_warns_once_and_leaves_python_in_front(monkeypatch):
                                             r"extension 'x'\); tuner.matmul and tuner.linear "
                                             r"run in Python"):
         assert fastpath.front("matmul", dispatch.matmul) is dispatch.matmul
+
+
+def test_a_build_says_so_once_beforehand_and_a_cached_load_says_nothing(
+        monkeypatch, tmp_path, capsys):
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    built = []
+
+    def build(name, **kwargs):  # stands for the build: leaves the module where torch would
+        (tmp_path / name / f"{name}.so").write_text("")
+        built.append(name)
+        raise RuntimeError("stub")  # the Python functions stay in front
+    monkeypatch.setattr(cpp_extension, "load", build)
+    for _ in range(2):
+        monkeypatch.setattr(fastpath, "_loaded", False)
+        monkeypatch.setattr(fastpath, "_module", None)
+        with pytest.warns(RuntimeWarning, match="stub"):
+            fastpath.front("matmul", dispatch.matmul)
+    assert len(built) == 2  # the second load found the first's module in the cache
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["gemm-tuner: building the compiled front of tuner.matmul/linear (once, "
+                    "~1 min; TUNE_FASTPATH=0 skips it) ..."]

@@ -1,4 +1,4 @@
-"""The `tune` command line: run, export, show, suggest, replay, buckets, validate.
+"""The `tune` command line: run, export, show, suggest, replay, buckets, validate, lookup.
 
 Each command parses its options and calls one library function. The database a command
 names with --db is a tuner.db.database.Database on the click context (`ctx.obj`), opened on
@@ -17,10 +17,11 @@ import sys
 
 import click
 
+from tuner.dtypes import DTYPES
 from tuner.errors import UserError
 from tuner.objective import DEFAULT_LAUNCH, LAUNCH_MODES
 from tuner.reporting import STDERR
-from tuner.shapes import load_shapes
+from tuner.shapes import LAYOUTS, load_shapes, parse_m_values, swept_m
 
 # SQLite URLs of an in-memory database: gone when the command ends, with nothing tuned kept.
 _IN_MEMORY_SQLITE = re.compile(r"sqlite(\+\w+)?://(/(:memory:)?)?(\?.*)?")
@@ -149,6 +150,11 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @main.command()
 @click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
               help="CSV with header M,N,K,dtype[,layout][,weight].")
+@click.option("--m", "m_text", default=None, metavar="1,2,4|1-4096",
+              help="Tune each (N, K, dtype, layout) of --shapes at these M instead of the "
+                   "file's (serving's varying batch × tokens): integers, and ranges LO-HI "
+                   "meaning LO, 2·LO, 4·LO, ... up to HI. Each swept shape weighs its group's "
+                   "total weight.")
 @click.option("--space", "space_paths", multiple=True, type=click.Path(dir_okay=False),
               help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
@@ -190,13 +196,20 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @compile_timeout_option
 @click.pass_obj
 @one_line_errors
-def run(db, shapes_path, space_paths, trials, timeout_s, patience, polish, seed, retune,
-        backend_name, devices_text, jobs, batch, sampler, exhaustive, launch, compile_timeout_s):
-    """Tune every shape listed in --shapes and store every trial in the database."""
+def run(db, shapes_path, m_text, space_paths, trials, timeout_s, patience, polish, seed,
+        retune, backend_name, devices_text, jobs, batch, sampler, exhaustive, launch,
+        compile_timeout_s):
+    """Tune every shape listed in --shapes (or, with --m, swept over M) and store every trial
+    in the database."""
     from tuner.search.budget import StudyBudget
     from tuner.tuning import Workers, tune_run
 
     shapes = load_shapes(shapes_path)
+    if m_text is not None:
+        try:
+            shapes = swept_m(shapes, parse_m_values(m_text))
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--m'") from None
     workers = Workers(backend_name, jobs, compile_timeout_s, _device_list(devices_text))
     budget = StudyBudget(trials, timeout_s, seed, batch or workers.default_batch, patience,
                          sampler, exhaustive, launch, polish)
@@ -550,6 +563,28 @@ def validate(db, table_path, shapes_path, trials, output, seed, backend_name, jo
 
     click.echo(validate_table(db, table_path, shapes_path, trials, seed, workers, devices,
                               sys.argv, output))
+
+
+@main.command()
+@click.argument("M", type=click.IntRange(min=1))
+@click.argument("N", type=click.IntRange(min=1))
+@click.argument("K", type=click.IntRange(min=1))
+@click.option("--dtype", required=True, type=click.Choice(list(DTYPES)))
+@click.option("--layout", default="nn", show_default=True, type=click.Choice(LAYOUTS),
+              help="A then B: n as written, t transposed (nt: x @ W.T, nn.Linear's).")
+@click.option("--table", "table_path", type=click.Path(dir_okay=False, exists=True),
+              help="The table or expand file to ask [default: $TUNE_CONFIG].")
+@one_line_errors
+def lookup(m, n, k, dtype, layout, table_path):
+    """Print the config tuner.matmul would launch for an M×N×K call, the fallback step that
+    chose it and the bucket it came from: no GPU, nothing compiled (honours TUNE_EXCLUDE)."""
+    from tuner.runtime.explain import explain
+
+    try:
+        lines = explain(m, n, k, dtype, layout, table_path)
+    except ValueError as e:  # TUNE_EXCLUDE's unknown names, a key past the kernels' sizes
+        raise click.ClickException(str(e)) from None
+    click.echo("\n".join(lines))
 
 
 @main.group("db")

@@ -168,3 +168,52 @@ def write_shapes(path: str | Path, shapes: Iterable[Shape]) -> None:
         weight = int(s.weight) if float(s.weight).is_integer() else s.weight
         writer.writerow([s.M, s.N, s.K, s.dtype, s.layout, weight])
     write_text_atomic(path, text.getvalue())
+
+
+# -- serving's varying M (`tune run --m`) ----------------------------------------------------
+_M_RANGE = re.compile(r"([0-9]+)-([0-9]+)")
+
+
+def parse_m_values(text: str) -> tuple[int, ...]:
+    """The M values `tune run --m` names, ascending, each once: comma-separated items, each an
+    integer or a range LO-HI meaning LO, 2·LO, 4·LO, ... up to HI (serving's batch × tokens
+    doubles). ValueError, one line, for anything else."""
+    values: set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        ranged = _M_RANGE.fullmatch(item)
+        if ranged:
+            low, high = int(ranged[1]), int(ranged[2])
+            if not 1 <= low <= high:
+                raise ValueError(f"range {item!r} must go up from 1 or more")
+            values.update(low << i for i in range((high // low).bit_length()))
+        elif _INTEGER.fullmatch(item):
+            values.add(int(item))
+        else:
+            raise ValueError(f"expected integers and ranges like 1,2,4 or 1-4096 (powers of two "
+                             f"from 1 to 4096), got {item!r}")
+    for value in values:
+        if not 1 <= value <= MAX_DIM:
+            raise ValueError(f"M must be from 1 to 2**31-1, got {value}")
+    return tuple(sorted(values))
+
+
+def swept_m(shapes: Iterable[Shape], ms: Iterable[int]) -> list[Shape]:
+    """Each (N, K, dtype, layout) of `shapes` at every M of `ms`, in place of the shapes' own
+    M values: the shapes serving runs when batch × tokens varies. Each swept shape weighs what
+    the group's listed shapes weigh together (which M serving runs most is not known); a
+    swept shape whose operands are too large raises ValueError naming it."""
+    groups: dict[tuple, float] = {}
+    for shape in shapes:
+        group = (shape.N, shape.K, shape.dtype, shape.layout)
+        groups[group] = groups.get(group, 0.0) + shape.weight
+    swept = []
+    for (N, K, dtype, layout), weight in groups.items():
+        for M in ms:
+            row = {"M": str(M), "N": str(N), "K": str(K), "dtype": dtype, "layout": layout,
+                   "weight": repr(weight)}
+            try:
+                swept.append(_parse_row(row))
+            except ValueError as e:
+                raise ValueError(f"swept shape {M}x{N}x{K} {dtype} {layout}: {e}") from None
+    return swept

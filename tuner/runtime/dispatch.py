@@ -1,7 +1,8 @@
 """`tuner.matmul` and `tuner.linear`: GEMMs that launch the tuned Triton config for their shape.
 
-The config comes from `tuner.runtime.get_tuned_config` (the table in $TUNE_CONFIG); a single
-row or column (M == 1 or N == 1) goes to the gemv kernel's table, everything else to mm's.
+The config comes from `tuner.runtime.get_tuned_config` (the table in $TUNE_CONFIG), or, with
+TUNE_EXCLUDE=cublas[,variant...], get_tuned_config_without those variants; a single row or
+column (M == 1 or N == 1) goes to the gemv kernel's table, everything else to mm's.
 A tuned config whose variant cannot run this very call (a bucket-mate with unaligned strides
 given a TMA config) falls back to cuBLAS (else the kernel's default config), with one warning
 per key.
@@ -34,7 +35,8 @@ from tuner.kernels.calls import runnable_config
 from tuner.kernels.launches import Prepared, Repeated
 from tuner.runtime import fastpath, lookup
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS
-from tuner.runtime.lookup import get_tuned_config
+from tuner.runtime.exclude import excluded_variants
+from tuner.runtime.lookup import get_tuned_config, get_tuned_config_without
 
 
 @dataclass
@@ -60,17 +62,26 @@ def _call_key(gemm: Gemm) -> tuple:
             None if bias is None else bias.stride(), gemm.allow_tf32, aligned)
 
 
+# The variants $TUNE_EXCLUDE leaves out, read on the first decision (None: not yet read).
+_excluded: frozenset[str] | None = None
+
+
 def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
+    global _excluded
+    if _excluded is None:
+        _excluded = excluded_variants()
     M, N, K = gemm.mnk
     kernel = kernel_for(M, N)
-    dtype = NAME_OF_TORCH_DTYPE[gemm.a.dtype]
-    tuned = get_tuned_config(kernel.name, M=M, N=N, K=K, dtype=dtype,
-                             stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
+    key = dict(M=M, N=N, K=K, dtype=NAME_OF_TORCH_DTYPE[gemm.a.dtype],
+               stride_am=gemm.a.stride(0), stride_bk=gemm.b.stride(0))
+    tuned = get_tuned_config_without(_excluded, kernel.name, **key) if _excluded \
+        else get_tuned_config(kernel.name, **key)
     config, reason = runnable_config(kernel, tuned, gemm)
     if reason:
         # The key cannot say everything the call does (a pointer off 16 bytes, a bucket-mate's
         # strides): cuBLAS runs any call it can, the default config every other.
-        fallback = CUBLAS_CONFIG if kernel.unsupported(CUBLAS_CONFIG, gemm) is None \
+        fallback = CUBLAS_CONFIG if (CUBLAS_CONFIG["variant"] not in _excluded and
+                                     kernel.unsupported(CUBLAS_CONFIG, gemm) is None) \
             else DEFAULT_CONFIGS[kernel.name]
         warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(tuned)} cannot run "
                       f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
@@ -89,7 +100,10 @@ def _call(gemm: Gemm) -> _Call:
 
 def clear_cache() -> None:
     """Forget the decided plans and the loaded tables, e.g. after $TUNE_CONFIG or the table
-    file changed (tuner.runtime.clear_cache alone would leave this module's plans in place)."""
+    file changed (tuner.runtime.clear_cache alone would leave this module's plans in place);
+    $TUNE_EXCLUDE is read again on the next call."""
+    global _excluded
+    _excluded = None
     _CALLS.clear()
     _LINEAR_REPEATS.clear()
     _MATMUL_REPEATS.clear()

@@ -9,7 +9,8 @@ other call goes to the Python function, which validates, decides, warns and rais
 
 Built once per source, torch and Python version by torch.utils.cpp_extension (its cache:
 $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions), when `tuner.matmul` or `tuner.linear` is
-first looked up: tuning processes, which never call them, build nothing. TUNE_FASTPATH=0, or
+first looked up, with one line on standard error before a build (not before loading a cached
+one): tuning processes, which never call them, build nothing. TUNE_FASTPATH=0, or
 a machine with no C++ compiler (one warning), leaves the Python functions in front.
 Under torch.compile, Dynamo traces the Python function in place of the compiled one.
 """
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from tuner.reporting import STDERR
 
 SOURCE = Path(__file__).with_name("fastpath.cpp")
 # The compiled module, once loaded (None: not loaded, disabled, or unbuildable).
@@ -42,6 +45,9 @@ def _load():
     source = SOURCE.read_bytes()
     version = f"{torch.__version__} {sys.version}".encode()
     name = "tuner_fastpath_" + hashlib.sha256(source + version).hexdigest()[:16]
+    if not _built(cpp_extension, name):
+        STDERR.note("gemm-tuner: building the compiled front of tuner.matmul/linear (once, "
+                    "~1 min; TUNE_FASTPATH=0 skips it) ...")
     try:
         _module = cpp_extension.load(name=name, sources=[str(SOURCE)],
                                      extra_cflags=["-O2"], verbose=False)
@@ -51,6 +57,17 @@ def _load():
                       "and tuner.linear run in Python (TUNE_FASTPATH=0 skips the build)",
                       RuntimeWarning, stacklevel=3)
     return _module
+
+
+def _built(cpp_extension, name: str) -> bool:
+    """Whether torch's extension cache already holds the module `name` (loading it is then
+    quick; building it takes about a minute, said once beforehand). Asked through
+    cpp_extension's own build-folder rule; where that is missing, False (the line is said)."""
+    try:
+        folder = Path(cpp_extension._get_build_directory(name, verbose=False))
+    except Exception:  # a torch without the private helper: say the line rather than not
+        return False
+    return any((folder / f"{name}{suffix}").exists() for suffix in (".so", ".pyd"))
 
 
 def front(name: str, python_function: Callable) -> Callable:

@@ -1,0 +1,73 @@
+"""`tune run --m`: serving's varying M, each (N, K, dtype, layout) of the shapes file swept."""
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from tuner.cli import main
+from tuner.shapes import Shape, parse_m_values, swept_m
+
+
+@pytest.mark.parametrize("text, values", [
+    ("1,2,4,8", (1, 2, 4, 8)),
+    ("1-16", (1, 2, 4, 8, 16)),
+    ("3-20", (3, 6, 12)),
+    ("1-4, 3 ,4,96,64-128", (1, 2, 3, 4, 64, 96, 128)),
+    ("7-7", (7,)),
+])
+def test_m_values_are_integers_and_doubling_ranges(text, values):
+    assert parse_m_values(text) == values
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "got ''"), ("1,,2", "got ''"), ("1-", "got '1-'"), ("a", "got 'a'"),
+    ("1.5", "got '1.5'"), ("0", "M must be from 1"), ("8-4", "must go up"),
+    ("0-4", "must go up"), ("2147483648", "M must be from 1 to 2**31-1"),
+])
+def test_bad_m_values_are_one_line(text, message):
+    with pytest.raises(ValueError, match="^[^\n]*" + message.replace("*", r"\*")):
+        parse_m_values(text)
+
+
+def test_the_sweep_replaces_each_groups_m_and_sums_its_weight():
+    shapes = [Shape(5, 4096, 4096, "bf16", "nt", 3), Shape(9, 4096, 4096, "bf16", "nt", 1),
+              Shape(5, 1024, 4096, "fp16", "nn", 2)]
+    assert swept_m(shapes, (1, 64)) == [
+        Shape(1, 4096, 4096, "bf16", "nt", 4), Shape(64, 4096, 4096, "bf16", "nt", 4),
+        Shape(1, 1024, 4096, "fp16", "nn", 2), Shape(64, 1024, 4096, "fp16", "nn", 2)]
+
+
+def test_a_swept_shape_too_large_is_named():
+    with pytest.raises(ValueError, match=r"swept shape 2147483647x65536x2 bf16 nn: C would"):
+        swept_m([Shape(1, 65536, 2, "bf16")], (2**31 - 1,))
+
+
+@pytest.fixture
+def shapes_file(tmp_path):
+    path = tmp_path / "shapes.csv"
+    path.write_text("M,N,K,dtype,layout,weight\n7,48,64,bf16,nt,2\n9,48,64,bf16,nt,1\n")
+    return path
+
+
+def test_tune_run_tunes_the_swept_shapes(shapes_file, monkeypatch, tmp_path):
+    import tuner.tuning
+
+    planned = []
+
+    def fake_run(db, shapes, *args):  # the planning's input, nothing tuned
+        planned.extend(shapes)
+        return SimpleNamespace(tuned=[], skipped=[], busy=[], failed=[])
+    monkeypatch.setattr(tuner.tuning, "tune_run", fake_run)
+    result = CliRunner().invoke(main, ["run", "--shapes", str(shapes_file), "--m", "1-4,16",
+                                       "--backend", "interpret", "--db",
+                                       f"sqlite:///{tmp_path / 'tune.db'}"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert planned == [Shape(m, 48, 64, "bf16", "nt", 3) for m in (1, 2, 4, 16)]
+
+
+def test_tune_run_refuses_bad_m_in_one_line(shapes_file):
+    result = CliRunner().invoke(main, ["run", "--shapes", str(shapes_file), "--m", "1-x"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--m': expected integers and ranges like 1,2,4 or 1-4096" in \
+        result.output
