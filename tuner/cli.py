@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from tuner.errors import UserError
+from tuner.errors import UsageError, UserError
 from tuner.objective import DEFAULT_LAUNCH, LAUNCH_MODES
 from tuner.shapes import load_shapes
 
@@ -98,11 +98,14 @@ def _note(line: str) -> None:
 
 
 def one_line_errors(command):
-    """Turn the tool's own input and environment errors into click's one-line 'Error: ...'."""
+    """Turn the tool's own input and environment errors into click's one-line 'Error: ...'
+    (exit 1; a UsageError exits 2, as click's own usage errors do)."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except UsageError as e:
+            raise click.UsageError(str(e)) from None
         except UserError as e:
             raise click.ClickException(str(e)) from None
         except Exception as e:

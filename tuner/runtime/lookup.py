@@ -25,6 +25,7 @@ from tuner.formats.table import (
 from tuner.runtime import fallback
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.policy import TABLE_POLICY, Question
+from tuner.runtime.runnable import installed_variants
 from tuner.runtime.source import TableSource
 
 ENV_VAR = "TUNE_CONFIG"
@@ -90,7 +91,7 @@ class TunedTable(TableSource):
     policy = TABLE_POLICY
 
     def __init__(self, path: Path | None, doc: object = None):
-        table = read_table(path, doc) if path is not None else None
+        table = read_table(path, doc, installed_variants()) if path is not None else None
         super().__init__(path, table.device_name if table is not None else None)
         self.ops: dict[str, OpTable] = {}
         self.parts = fallback.ModelParts(self.device_name)

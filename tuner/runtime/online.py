@@ -43,9 +43,8 @@ from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
 from tuner.formats.device import device_block
 from tuner.formats.files import write_atomic
 from tuner.formats.table import (
-    TABLE_FORMAT,
+    checked_document,
     document_device,
-    is_table_document,
     merge_entry,
     read_document,
     table_document,
@@ -106,14 +105,13 @@ def locked(path: str | os.PathLike) -> Iterator[None]:
 
 
 def read_cache(path: str | os.PathLike) -> dict | None:
-    """The cache's table document, None where there is no file yet; ValueError where the file
-    is not a table."""
+    """The cache's table document, None where there is no file yet; TableError (a
+    ValueError) where the file is not a table the runtime can read."""
     try:
         doc = read_document(Path(path))[0]
     except FileNotFoundError:
         return None
-    if not is_table_document(doc):
-        raise ValueError(f"gemm-tuner online cache {path}: not a '{TABLE_FORMAT}' file")
+    checked_document(doc, f"gemm-tuner online cache {path}")
     return doc
 
 
