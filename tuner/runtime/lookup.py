@@ -27,6 +27,7 @@ from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.policy import TABLE_POLICY, Question
 from tuner.runtime.runnable import installed_variants
 from tuner.runtime.source import TableSource
+from tuner.textfiles import quoted
 
 ENV_VAR = "TUNE_CONFIG"
 
@@ -192,6 +193,9 @@ def get_tuned_config_without(variants: Iterable[str], op: str, *, M: int, N: int
     alternates and neighbours, and cuBLAS never answers). Memoised as get_tuned_config is;
     a function of its own, so that get_tuned_config's memoised path stays one dict lookup."""
     table = _table_at(path)
+    if isinstance(variants, str) or not isinstance(variants, Iterable):
+        raise TypeError(f"gemm-tuner: get_tuned_config_without's variants must be a collection "
+                        f"of variant names, e.g. ('cublas',), got {quoted(variants)}")
     excluded = frozenset(variants)
     raw = (op, M, N, K, stride_am, stride_bk, dtype, excluded)
     config = table.memo.get(raw)

@@ -52,6 +52,7 @@ from tuner.formats.table import (
 )
 from tuner.runtime.runnable import shape_of
 from tuner.runtime.source import LOG_ENV_VAR
+from tuner.textfiles import quoted
 
 CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
 TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
@@ -174,12 +175,17 @@ class OnlineCache:
 
         launch = os.environ.get(LAUNCH_ENV_VAR) or DEFAULT_LAUNCH
         if launch not in LAUNCH_MODES:
-            raise ValueError(f"{LAUNCH_ENV_VAR}={launch}: expected one of {LAUNCH_MODES}")
+            raise ValueError(f"{LAUNCH_ENV_VAR}={quoted(launch)}: expected one of "
+                             f"{', '.join(LAUNCH_MODES)}")
         return launch
 
     @staticmethod
     def top_k() -> int:
-        return max(1, int(os.environ.get(TOP_K_ENV_VAR) or DEFAULT_TOP_K))
+        text = os.environ.get(TOP_K_ENV_VAR) or str(DEFAULT_TOP_K)
+        if not (text.strip().isascii() and text.strip().isdigit() and int(text) >= 1):
+            raise ValueError(f"{TOP_K_ENV_VAR}={quoted(text)}: expected a positive integer (the "
+                             f"most candidates a bucket times; default {DEFAULT_TOP_K})")
+        return int(text)
 
     # -- reading --------------------------------------------------------------------------
     def _refresh(self) -> None:
