@@ -390,6 +390,13 @@ def test_a_bad_runtime_key_is_one_value_error(table, change, words):
     (lambda d: d["ops"]["mm"]["entries"][0]["config"].update(num_warps="x" * 10_000),
      "field 'ops.mm.entries[0].config.num_warps': expected values among 1, 2, 4, 8, 16, 32, "
      "got 'xxxxxxxxx"),
+    (lambda d: d["ops"]["mm"]["entries"][0].update(alternates=0),
+     "field 'ops.mm.entries[0].alternates': expected a list of configs, got 0"),
+    (lambda d: d["ops"]["mm"]["entries"][0].update(tuned_shape="64x64 bf16"),
+     "field 'ops.mm.entries[0].tuned_shape': expected a shape label like '4096x4096x4096 bf16 "
+     "nn', got '64x64 bf16'"),
+    (lambda d: d["ops"]["mm"]["entries"][0].update(alternates_ms="fast"),
+     "field 'ops.mm.entries[0].alternates_ms': expected a list of numbers, got 'fast'"),
     (lambda d: d.update(ops=["mm"]), "field 'ops': expected a mapping of op"),
     (lambda d: d.update(device="H100"), "field 'device': expected a mapping with name"),
 ])

@@ -143,6 +143,8 @@ def parsed_yaml(text: str, label: str, error: type[Exception],
         raise error(f"{label}: not valid YAML (nested too deeply)") from None
     except yaml.YAMLError as e:
         raise error(f"{label}{_where(e, text)}: not valid YAML ({_problem(e)})") from None
+    except ValueError as e:  # a scalar its constructor refuses: 5000 digits, month 13
+        raise error(f"{label}: not valid YAML ({clipped(str(e), 2 * QUOTED_CHARS)})") from None
 
 
 def _where(e: yaml.YAMLError, text: str) -> str:

@@ -134,13 +134,38 @@ def _check_op(label: str, op, body, variants) -> None:
             raise _bad(label, where, f"expected a mapping with key and config, got "
                        f"{quoted(entry)}")
         _check_key(label, f"{where}.key", entry.get("key"))
-        alternates = entry.get("alternates") or []
+        alternates = entry.get("alternates", [])
         if not isinstance(alternates, list):
             raise _bad(label, f"{where}.alternates", f"expected a list of configs, got "
                        f"{quoted(alternates)}")
+        _check_provenance(label, where, entry)
         _check_config(label, f"{where}.config", entry.get("config"), op_variants)
         for j, alternate in enumerate(alternates):
             _check_config(label, f"{where}.alternates[{j}]", alternate, op_variants)
+
+
+def _check_provenance(label: str, where: str, entry: Mapping) -> None:
+    """TableError naming a provenance field the readers use (Measurement, the export's
+    conversions) that is there but not of its kind: times are numbers, the tuned shape a
+    Shape label."""
+    from tuner.shapes import Shape  # light: no torch
+
+    for name in ("ms", "cublas_ms"):
+        if entry.get(name) is not None and not _number(entry[name]):
+            raise _bad(label, f"{where}.{name}", f"expected a number, got {quoted(entry[name])}")
+    times = entry.get("alternates_ms", [])
+    if not isinstance(times, list) or not all(t is None or _number(t) for t in times):
+        raise _bad(label, f"{where}.alternates_ms", f"expected a list of numbers, got "
+                   f"{quoted(times)}")
+    if "tuned_shape" in entry:
+        try:
+            Shape.from_label(entry["tuned_shape"])
+        except ValueError as e:
+            raise _bad(label, f"{where}.tuned_shape", str(e)) from None
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_key(label: str, field: str, key) -> None:
