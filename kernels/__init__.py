@@ -9,6 +9,7 @@ import importlib
 import os
 from pathlib import Path
 
+from tuner.errors import UserError
 from tuner.kernels.base import KERNELS, Kernel
 from tuner.kernels.cublas import CUBLAS
 from tuner.kernels.gemv import GEMV
@@ -18,6 +19,7 @@ from tuner.kernels.persistent import PERSISTENT
 from tuner.kernels.splitk import SPLITK
 from tuner.kernels.streamk import STREAMK
 from tuner.kernels.tma import TMA
+from tuner.textfiles import clipped, quoted
 
 _HERE = Path(__file__).parent
 _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainloop.py",
@@ -34,8 +36,31 @@ KERNELS.update({
 # Kernels from elsewhere: TUNE_KERNEL_MODULES=pkg.mod,... names modules that each define
 # KERNEL, registered under KERNEL.name (replacing a built-in of that name). Worker processes
 # inherit the variable, so they resolve names the same way as the tuner.
-for _module in filter(None, os.environ.get("TUNE_KERNEL_MODULES", "").split(",")):
-    _kernel = importlib.import_module(_module.strip()).KERNEL
+KERNEL_MODULES_ENV_VAR = "TUNE_KERNEL_MODULES"
+
+
+class KernelModuleError(UserError):
+    """A module $TUNE_KERNEL_MODULES lists that cannot be imported or defines no KERNEL."""
+
+
+def _kernel_of(name: str) -> Kernel:
+    """The KERNEL the module `name` defines; KernelModuleError saying what is wrong."""
+    where = f"${KERNEL_MODULES_ENV_VAR}: kernel module {quoted(name)}"
+    try:
+        module = importlib.import_module(name)
+    except Exception as e:  # a missing module, or one failing as it imports
+        raise KernelModuleError(f"{where} cannot be imported ({type(e).__name__}: "
+                                f"{clipped(str(e), 200)})") from None
+    kernel = getattr(module, "KERNEL", None)
+    if not isinstance(kernel, Kernel):
+        raise KernelModuleError(f"{where} must define KERNEL, a tuner.kernels.base.Kernel; "
+                                f"got {quoted(kernel)}")
+    return kernel
+
+
+for _name in filter(None, (m.strip() for m in
+                           os.environ.get(KERNEL_MODULES_ENV_VAR, "").split(","))):
+    _kernel = _kernel_of(_name)
     KERNELS[_kernel.name] = _kernel
 
 

@@ -121,7 +121,7 @@ def test_a_bucket_tuned_to_cublas_answers_its_runner_up_without_cublas(tmp_path)
                         "ops": {"mm": {"strategy": LOG_M, "entries": [
                             {"key": key(16), "config": SMALL_M},
                             {"key": key(4096), "config": dict(runtime.CUBLAS_CONFIG),
-                             "alternates": [SPLITK | {"SPLIT_K": 4096}, GENERAL]}]}}})
+                             "alternates": [SPLITK | {"SPLIT_K": 64}, GENERAL]}]}}})
     config = triton(path, **key(4096))
     assert dict(config) == GENERAL and config.source == "table"
     assert dict(lookup(path, **key(4096))) == {"variant": "cublas", "pad": 0}
@@ -605,7 +605,7 @@ def test_the_runtime_answers_each_key_with_the_entry_the_export_keyed_by_its_buc
     """Entries keyed by bucket keys, one per bucket, as `tune export` writes them: the
     runtime's table answer for any raw key is the entry whose key is that key's bucket."""
     buckets = {bucket_key(k, strategy): i for i, k in enumerate(tuned)}
-    entries = [(dict(zip(KEY_FIELDS, bucket)), GENERAL | {"BLOCK_M": 16 * (i + 1)})
+    entries = [(dict(zip(KEY_FIELDS, bucket)), GENERAL | {"BLOCK_M": 16 << i})
                for bucket, i in buckets.items()]
     with tempfile.TemporaryDirectory() as tmp:
         path = write_table(Path(tmp) / "t.yaml", entries, strategy)
@@ -616,7 +616,7 @@ def test_the_runtime_answers_each_key_with_the_entry_the_export_keyed_by_its_buc
             assert (config.source == "table") == (bucket in buckets)
             if bucket in buckets:
                 assert config.bucket == bucket
-                assert config["BLOCK_M"] == 16 * (buckets[bucket] + 1)
+                assert config["BLOCK_M"] == 16 << buckets[bucket]
 
 
 @pytest.mark.parametrize("tile_slowdown, answer", [(1.0, "general"), (2.0, "cublas")])

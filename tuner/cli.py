@@ -18,7 +18,7 @@ import sys
 import click
 
 from tuner.dtypes import DTYPES
-from tuner.errors import UserError
+from tuner.errors import UsageError, UserError
 from tuner.objective import DEFAULT_LAUNCH, LAUNCH_MODES
 from tuner.reporting import STDERR
 from tuner.shapes import LAYOUTS, load_shapes, parse_m_values, swept_m
@@ -96,11 +96,14 @@ compile_timeout_option = click.option(
 
 
 def one_line_errors(command):
-    """Turn the tool's own input and environment errors into click's one-line 'Error: ...'."""
+    """Turn the tool's own input and environment errors into click's one-line 'Error: ...'
+    (exit 1; a UsageError exits 2, as click's own usage errors do)."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except UsageError as e:
+            raise click.UsageError(str(e)) from None
         except UserError as e:
             raise click.ClickException(str(e)) from None
         except Exception as e:

@@ -9,3 +9,8 @@ in torch and triton before `--backend interpret` could set TRITON_INTERPRET.
 
 class UserError(Exception):
     """Something the user can fix; its message names what is wrong and where."""
+
+
+class UsageError(UserError):
+    """Options or arguments that do not go together, found only once their files were read
+    (two --space files for one kernel): the CLI exits 2, as for any usage error."""

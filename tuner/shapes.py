@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tuner.dtypes import DTYPES
 from tuner.errors import UserError
-from tuner.textfiles import decoded
+from tuner.textfiles import MiB, decoded, quoted, read_user_file
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 REQUIRED_COLUMNS = ("M", "N", "K", "dtype")
@@ -25,10 +25,14 @@ OPTIONAL_COLUMNS = ("layout", "weight")
 # C) holds at most 2**36 elements (128 GiB of bf16: more than any one GPU's memory).
 MAX_DIM = 2**31 - 1
 MAX_OPERAND_ELEMENTS = 2**36
+# The largest shapes file read: a few million rows, far more than any model's GEMMs.
+MAX_SHAPES_BYTES = 64 * MiB
 # Numbers as a CSV states them: ASCII digits only (int() and float() also take '４０９６',
 # '4_096', 'inf' and 'nan', none of which a shapes file means).
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# Each written so that a string matches in one way only: a long run of digits must not
+# backtrack quadratically.
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class ShapesError(UserError, ValueError):
@@ -73,35 +77,54 @@ class Shape:
     @classmethod
     def from_label(cls, label: str) -> Shape:
         """The shape str() wrote ('4096x4096x4096 bf16 nn'; weight 1), as result files and
-        reports name shapes."""
-        sizes, dtype, layout = label.split()
-        M, N, K = map(int, sizes.split("x"))
-        return cls(M, N, K, dtype, layout)
+        reports name shapes; ValueError saying what is wrong with any other text."""
+        parts = label.split() if isinstance(label, str) else ()
+        sizes = parts[0].split("x") if len(parts) == 3 else ()
+        if len(sizes) != 3 or not all(_INTEGER.fullmatch(size) for size in sizes):
+            raise ValueError(f"expected a shape label like '4096x4096x4096 bf16 nn', got "
+                             f"{quoted(label)}")
+        return checked_shape(*(_positive_int(size, name) for size, name in zip(sizes, "MNK")),
+                             parts[1], parts[2])
 
 
 def _positive_int(text: str, column: str) -> int:
     if not _INTEGER.fullmatch(text):
-        raise ValueError(f"{column} must be an integer (ASCII digits), got {text!r}")
+        raise ValueError(f"{column} must be an integer (ASCII digits), got {quoted(text)}")
+    too_large = f"{column} must be <= 2**31-1 ({MAX_DIM}), got"
+    if len(text.lstrip("+-0")) > 2 * len(str(MAX_DIM)):  # int() refuses thousands of digits
+        raise ValueError(f"{too_large} {quoted(text)}")
     value = int(text)
     if value < 1:
         raise ValueError(f"{column} must be >= 1, got {value}")
     if value > MAX_DIM:
-        raise ValueError(f"{column} must be <= 2**31-1 ({MAX_DIM}), got {value}")
+        raise ValueError(f"{too_large} {value}")
     return value
 
 
 def _parse_row(row: dict) -> Shape:
-    dtype = (row["dtype"] or "").strip()
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    layout = (row.get("layout") or "nn").strip()
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     weight_text = (row.get("weight") or "1").strip()
     weight = float(weight_text) if _DECIMAL.fullmatch(weight_text) else math.nan
     if not (weight > 0 and math.isfinite(weight)):
-        raise ValueError(f"weight must be a finite decimal number > 0, got {weight_text!r}")
-    dims = {c: _positive_int((row[c] or "").strip(), c) for c in ("M", "N", "K")}
+        raise ValueError(f"weight must be a finite decimal number > 0, got {quoted(weight_text)}")
+    dtype = (row["dtype"] or "").strip()
+    layout = (row.get("layout") or "nn").strip()
+    return checked_shape(*(_positive_int((row[c] or "").strip(), c) for c in "MNK"), dtype,
+                         layout, weight)
+
+
+def checked_shape(M: int, N: int, K: int, dtype: str, layout: str = "nn",
+                  weight: float = 1.0) -> Shape:
+    """The Shape of these values (a CSV row's, a recording's), after checking each is one a
+    model's GEMM can have; ValueError naming the first that is not."""
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {quoted(dtype)}")
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {quoted(layout)}")
+    dims = dict(zip("MNK", (M, N, K)))
+    for name, value in dims.items():
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIM:
+            raise ValueError(f"{name} must be an integer from 1 to 2**31-1, got "
+                             f"{quoted(value)}")
     for name, (rows, cols) in (("A", "MK"), ("B", "KN"), ("C", "MN")):
         elements = dims[rows] * dims[cols]
         if elements > MAX_OPERAND_ELEMENTS:
@@ -114,7 +137,7 @@ def load_shapes(path: str | Path) -> list[Shape]:
     """Every row of the CSV, in order, duplicates dropped; ShapesError on the first bad line."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_user_file(path, "shapes file", MAX_SHAPES_BYTES, ShapesError)
     except OSError as e:
         raise ShapesError(f"{path}: cannot read shapes file ({e.strerror})") from None
     text = decoded(data, str(path), ShapesError)
@@ -130,18 +153,19 @@ def load_shapes(path: str | Path) -> list[Shape]:
 def _read_rows(path: Path, text: str) -> list[Shape]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     header = [h.strip() for h in reader.fieldnames or []]
-    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    seen: set[str] = set()
+    twice = next((c for c in header if c in seen or seen.add(c)), None)
     if twice is not None:
-        raise ShapesError(f"{path}:1: header names column {twice!r} twice; expected each of "
-                          "M,N,K,dtype[,layout][,weight] once")
+        raise ShapesError(f"{path}:1: header names column {quoted(twice)} twice; expected "
+                          "each of M,N,K,dtype[,layout][,weight] once")
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     unknown = [c for c in header if c not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
     if missing or unknown:
-        raise ShapesError(
-            f"{path}:1: header must be M,N,K,dtype[,layout][,weight]; "
-            + (f"missing {', '.join(missing)}" if missing else f"unknown column {unknown[0]!r}"))
+        problem = (f"missing {', '.join(missing)}" if missing
+                   else f"unknown column {quoted(unknown[0])}")
+        raise ShapesError(f"{path}:1: header must be M,N,K,dtype[,layout][,weight]; {problem}")
     reader.fieldnames = header
-    shapes: list[Shape] = []
+    shapes: dict[Shape, None] = {}  # in file order, each once
     for row in reader:
         line = reader.line_num
         if None in row or any(row[c] is None for c in header):
@@ -150,11 +174,10 @@ def _read_rows(path: Path, text: str) -> list[Shape]:
             shape = _parse_row(row)
         except ValueError as e:
             raise ShapesError(f"{path}:{line}: {e}") from None
-        if shape not in shapes:
-            shapes.append(shape)
+        shapes.setdefault(shape)
     if not shapes:
         raise ShapesError(f"{path}: no shapes listed")
-    return shapes
+    return list(shapes)
 
 
 def write_shapes(path: str | Path, shapes: Iterable[Shape]) -> None:

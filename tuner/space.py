@@ -22,9 +22,15 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from tuner.bucketing.strategies import KEY_FIELDS, STRATEGY_FORMS, BucketingError, strategy_function
+from tuner.bucketing.strategies import (
+    KEY_FIELDS,
+    STRATEGY_FORMS,
+    BucketingError,
+    StrategyModuleError,
+    strategy_function,
+)
 from tuner.errors import UserError
-from tuner.textfiles import decoded, parsed_yaml
+from tuner.textfiles import BoundedLoader, decoded, parsed_yaml, quoted, read_user_file
 
 if TYPE_CHECKING:
     from tuner.kernels.base import Gemm
@@ -43,6 +49,12 @@ def __getattr__(name: str):
 
 class SpaceError(UserError, ValueError):
     """A search-space YAML that cannot be used."""
+
+
+# The largest search-space file read: a hand-written file of a few lists is a few KiB.
+MAX_SPACE_BYTES = 1 << 20
+# The fields a search-space file holds.
+SPACE_FIELDS = ("kernel", "params", "strategy")
 
 
 def config_signature(params: Mapping) -> tuple:
@@ -138,7 +150,7 @@ class SearchSpace:
 
 
 def _fail(source: str, field: str, expected: str, got) -> SpaceError:
-    return SpaceError(f"{source}: field '{field}': expected {expected}, got {got!r}")
+    return SpaceError(f"{source}: field {quoted(field)}: expected {expected}, got {quoted(got)}")
 
 
 def _variant_names(source: str, values, known: Mapping[str, tuple[str, ...]]) -> tuple:
@@ -169,18 +181,18 @@ PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
     **{name: (lambda v: v in (0, 1), "0 or 1")
        for name in ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")},
 }
-_ANY_COUNT = (lambda v: v >= 0, "non-negative integers")
+ANY_COUNT = (lambda v: v >= 0, "non-negative integers")
 
 
 def _int_values(source: str, name: str, values) -> tuple[int, ...]:
-    allowed, words = PARAM_RULES.get(name, _ANY_COUNT)
+    allowed, words = PARAM_RULES.get(name, ANY_COUNT)
     expected = f"a non-empty list of {words}"
     if not isinstance(values, list) or not values:
         raise _fail(source, f"params.{name}", expected, values)
     for v in values:
         if not isinstance(v, int) or isinstance(v, bool) or not allowed(v):
-            raise SpaceError(f"{source}: field 'params.{name}': expected {expected}, got "
-                             f"{v!r} in {values!r}")
+            raise SpaceError(f"{source}: field {quoted(f'params.{name}')}: expected "
+                             f"{expected}, got {quoted(v)} in {quoted(values)}")
     return tuple(dict.fromkeys(values))
 
 
@@ -192,6 +204,9 @@ def parse_space(doc, source: str,
     """
     if not isinstance(doc, dict):
         raise _fail(source, "<top level>", "a mapping with kernel, params, strategy", doc)
+    unknown = next((name for name in doc if name not in SPACE_FIELDS), None)
+    if unknown is not None:
+        raise _fail(source, unknown, f"only the fields {', '.join(SPACE_FIELDS)}", unknown)
     kernel = doc.get("kernel")
     if not isinstance(kernel, str) or kernel not in kernel_variants:
         raise _fail(source, "kernel", f"one of {', '.join(kernel_variants)}", kernel)
@@ -227,13 +242,15 @@ def parse_space(doc, source: str,
             raise _fail(source, "strategy.dtype", "one of default", value)
         try:
             strategy_function(value)
+        except StrategyModuleError as e:
+            raise SpaceError(f"{source}: field 'strategy.{name}': {e}") from None
         except BucketingError:
             raise _fail(source, f"strategy.{name}", f"one of {STRATEGY_FORMS}", value) from None
     return SearchSpace(kernel, checked, {f: strategy[f] for f in KEY_FIELDS}, source, read)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.safe_load's loader, refusing a mapping that names a key twice (PyYAML keeps the
+class _UniqueKeyLoader(BoundedLoader):
+    """The bounded YAML loader, refusing a mapping that names a key twice (PyYAML keeps the
     last silently: `num_warps` listed twice would search only the second list)."""
 
     def construct_mapping(self, node, deep=False):
@@ -247,7 +264,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 break
             if twice:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice", key_node.start_mark)
+                    None, None, f"key {quoted(key)} given twice", key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -255,7 +272,7 @@ def load_space(path: str | Path,
                kernel_variants: Mapping[str, Mapping[str, tuple[str, ...]]]) -> SearchSpace:
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_user_file(path, "search space", MAX_SPACE_BYTES, SpaceError)
     except OSError as e:
         raise SpaceError(f"{path}: cannot read search space ({e.strerror})") from None
     text = decoded(data, str(path), SpaceError)

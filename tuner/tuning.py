@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tuner.errors import UserError
+from tuner.errors import UsageError, UserError
 from tuner.reporting import STDERR, Reporter
 from tuner.search.budget import StudyBudget
 
@@ -70,7 +70,13 @@ def load_spaces(space_paths: Sequence[str] = ()) -> dict:
     from tuner.space import builtin_spaces, load_space
 
     variants = kernel_variants()
-    own = {space.kernel: space for space in (load_space(p, variants) for p in space_paths)}
+    own = {}
+    for path in space_paths:
+        space = load_space(path, variants)
+        if space.kernel in own:
+            raise UsageError(f"--space {own[space.kernel].source} and --space {path} are both "
+                             f"for kernel {space.kernel}; give one space per kernel")
+        own[space.kernel] = space
     return builtin_spaces(variants, skip=frozenset(own)) | own
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from tuner.errors import UserError
+from tuner.textfiles import clipped, quoted
 
 KEY_FIELDS: tuple[str, ...] = ("M", "N", "K", "stride_am", "stride_bk", "dtype")
 
@@ -38,6 +39,11 @@ Strategy = Callable[[int], int]
 
 class BucketingError(UserError, ValueError):
     """A strategy name that names no strategy, or a registration that would be ambiguous."""
+
+
+class StrategyModuleError(BucketingError):
+    """A module $TUNE_STRATEGY_MODULES lists that cannot be imported: what is wrong is the
+    environment, not the strategy name that made us look there."""
 
 
 def _exact(value):
@@ -76,7 +82,8 @@ _REGISTERED: dict[str, Strategy] = {}
 
 
 def _bad_strategy(name, problem: str) -> BucketingError:
-    return BucketingError(f"bucketing strategy {name!r}: {problem}; expected {STRATEGY_FORMS}")
+    return BucketingError(f"bucketing strategy {quoted(name)}: {problem}; expected "
+                          f"{STRATEGY_FORMS}")
 
 
 def _to_breakpoint(breakpoints: tuple[int, ...], value: int) -> int:
@@ -131,9 +138,10 @@ def _import_strategy_modules() -> None:
     for module in filter(None, listed):
         try:
             importlib.import_module(module)
-        except ImportError as e:
-            raise BucketingError(f"${MODULES_ENV_VAR}: cannot import strategy module "
-                                 f"{module!r} ({e})") from None
+        except Exception as e:  # a missing module, or one failing as it imports
+            raise StrategyModuleError(
+                f"${MODULES_ENV_VAR}: cannot import strategy module {quoted(module)} "
+                f"({type(e).__name__}: {clipped(str(e), 200)})") from None
 
 
 def strategy_function(name: str) -> Strategy:

@@ -26,6 +26,10 @@ def this_process() -> Backend:
         return interpreter_backend()
     import torch
 
+    if not torch.cuda.is_available():
+        raise RuntimeError("gemm-tuner: TUNE_ONLINE=1 times candidates on this process's GPU, "
+                           "and torch sees none: run on a GPU, set TRITON_INTERPRET=1 to time "
+                           "them in Triton's interpreter (slow), or unset TUNE_ONLINE")
     return gpu_backend(torch.cuda.current_device())
 
 

@@ -74,7 +74,7 @@ def export_table(store: Store, output: str | Path, selection: Selection,
     doc = table_document(device_block(device, device.fingerprint), picks, {
         w.kernel.name: w.kernel.source_hash for w in winners}, launch)
     for extra in merge:
-        doc, merge_notes = table.merge_documents(doc, table.read_document(Path(extra))[0])
+        doc, merge_notes = table.merge_documents(doc, _table_document(extra))
         for line in merge_notes:
             reporter.note(f"{extra}: {line}")
     write_atomic(output, doc)
@@ -198,14 +198,16 @@ def flaggems_text(fmt: str, picks: Sequence[Pick], tuned: Sequence[Tuned], devic
 
 
 def _table_document(table_path: str | Path) -> dict:
-    """The document of a table file; a missing, non-UTF-8, malformed or non-table file is one
-    line naming it (tuner.formats.table.read_document)."""
+    """The document of a table file; a missing, non-UTF-8, malformed or non-table file, or
+    one with an entry this install's kernels cannot run, is one line naming it and the entry
+    (tuner.formats.table.read_document, checked_document)."""
+    from tuner.kernels import kernel_variants
+
     try:
         doc = table.read_document(Path(table_path))[0]
     except FileNotFoundError as e:
         raise ExportError(str(e)) from None
-    if not table.is_table_document(doc):
-        raise ExportError(f"{table_path}: not a '{table.TABLE_FORMAT}' table file")
+    table.checked_document(doc, f"gemm-tuner table {table_path}", kernel_variants())
     return doc
 
 

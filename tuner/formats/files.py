@@ -16,8 +16,18 @@ class OutputError(UserError, OSError):
     """A file that cannot be written where it was asked for (a missing or read-only folder)."""
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """yaml.safe_dump's dumper writing a value shared by several places out in each (no
+    `&id001` anchors): readers cap what aliases may add (tuner.textfiles.BoundedLoader), and
+    a person reading an export should see every entry whole."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def yaml_text(doc: dict) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=100)
+    return yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, default_flow_style=None,
+                     width=100)
 
 
 def write_atomic(path: str | Path, doc: dict) -> None:

@@ -17,12 +17,18 @@ from typing import NamedTuple, Protocol
 
 from tuner.errors import UserError
 from tuner.space import config_signature
-from tuner.textfiles import decoded, parsed_yaml
+from tuner.textfiles import MiB, clipped, decoded, parsed_yaml, quoted, read_user_file
 
 TABLE_FORMAT = "gemm-tuner-table/2"  # /2: configs name their variant and pad
 
 
 # -- reading ----------------------------------------------------------------------------------
+# The largest table file read: some hundred thousand entries, far more than any tuning stores.
+MAX_TABLE_BYTES = 64 * MiB
+# The largest size or stride a bucketed key may state: a call's (int32) bucketed upwards.
+MAX_KEY_VALUE = 2**31
+
+
 class TableError(UserError, ValueError):
     """A table file that cannot be used: one line naming the file, the field and what was
     expected."""
@@ -37,13 +43,14 @@ class Table(NamedTuple):
 
 def read_document(path: Path) -> tuple[object, str]:
     """The YAML document at `path` and the file's text (its comments say what the document
-    cannot); FileNotFoundError where it cannot be read, TableError where it is not UTF-8
-    YAML."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise FileNotFoundError(f"gemm-tuner table {path}: {e.strerror}") from None
+    cannot); FileNotFoundError where it cannot be read, TableError where it is not a regular
+    file of at most MAX_TABLE_BYTES of UTF-8 YAML. An expand file (tuner.formats.flaggems)
+    is read here too: the runtime tells the two apart by content."""
     label = f"gemm-tuner table {path}"
+    try:
+        data = read_user_file(path, "table", MAX_TABLE_BYTES, TableError, label)
+    except OSError as e:
+        raise FileNotFoundError(f"{label}: {e.strerror}") from None
     text = decoded(data, label, TableError)
     return parsed_yaml(text, label, TableError), text
 
@@ -63,64 +70,155 @@ def document_launch(doc: Mapping, default: str) -> str:
     return doc.get("launch", default)
 
 
-def read_table(path: Path, doc: object = None) -> Table:
+def read_table(path: Path, doc: object = None,
+               variants: Mapping[str, Mapping[str, Sequence[str]]] | None = None) -> Table:
     """The table at `path` (its document `doc`, where already read); FileNotFoundError where
-    it cannot be read, TableError (a ValueError) where it is not a TABLE_FORMAT document or
-    its ops do not have the fields the runtime reads."""
+    it cannot be read, TableError (a ValueError) naming the field where it is not a
+    TABLE_FORMAT document whose entries the runtime can use: each key's sizes, strides and
+    dtype, and each config's values by the space rules (tuner.space.PARAM_RULES). With
+    `variants` (per op, per variant, the parameters a config holds: the installed kernels'),
+    also each op, each config's variant and the parameters it names."""
     if doc is None:
         doc = read_document(path)[0]
+    checked_document(doc, f"gemm-tuner table {path}", variants)
+    device = doc.get("device") or {}
+    name = device.get("name")
+    return Table(name if isinstance(name, str) else None, dict(doc.get("ops") or {}))
+
+
+def checked_document(doc: object, label: str,
+                     variants: Mapping[str, Mapping[str, Sequence[str]]] | None = None) -> None:
+    """TableError, starting with `label`, naming the first field of `doc` that is not as
+    read_table says."""
     if not is_table_document(doc):
-        raise TableError(f"gemm-tuner table {path}: not a '{TABLE_FORMAT}' file "
-                         "(write one with `tune export table`)")
+        raise TableError(f"{label}: not a '{TABLE_FORMAT}' file (write one with `tune export "
+                         "table`)")
     device = doc.get("device") or {}
     if not isinstance(device, dict):
-        raise TableError(f"gemm-tuner table {path}: field 'device': expected a mapping with "
-                         f"name, got {_brief(device)}")
+        raise _bad(label, "device", f"expected a mapping with name, got {quoted(device)}")
     ops = doc.get("ops") or {}
     if not isinstance(ops, dict):
-        raise TableError(f"gemm-tuner table {path}: field 'ops': expected a mapping of op to "
-                         f"its strategy and entries, got {_brief(ops)}")
+        raise _bad(label, "ops", "expected a mapping of op to its strategy and entries, got "
+                   f"{quoted(ops)}")
     for op, body in ops.items():
-        _check_op(path, op, body)
-    name = device.get("name")
-    return Table(name if isinstance(name, str) else None, dict(ops))
+        _check_op(label, op, body, variants)
 
 
-def _brief(value) -> str:
-    """A value for a one-line message: its repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _bad(label: str, field: str, problem: str) -> TableError:
+    return TableError(f"{label}: field '{field}': {problem}")
 
 
-def _check_op(path: Path, op, body) -> None:
+def _check_op(label: str, op, body, variants) -> None:
     """TableError naming the field where an op's body lacks what the runtime reads."""
     from tuner.bucketing.strategies import KEY_FIELDS  # light; only reading needs it
 
-    where = f"gemm-tuner table {path}: field 'ops.{op}"
+    field = f"ops.{clipped(str(op))}"
+    if variants is not None and op not in variants:
+        raise _bad(label, field, f"expected an op of the installed kernels "
+                   f"({', '.join(variants)}), got {quoted(op)}")
     if not isinstance(body, dict):
-        raise TableError(f"{where}': expected a mapping with strategy and entries, got "
-                         f"{_brief(body)}")
+        raise _bad(label, field, f"expected a mapping with strategy and entries, got "
+                   f"{quoted(body)}")
     strategy = body.get("strategy")
     if not isinstance(strategy, dict) or any(f not in strategy for f in KEY_FIELDS):
-        raise TableError(f"{where}.strategy': expected a strategy for each of "
-                         f"{', '.join(KEY_FIELDS)}, got {_brief(strategy)}")
+        raise _bad(label, f"{field}.strategy", f"expected a strategy for each of "
+                   f"{', '.join(KEY_FIELDS)}, got {quoted(strategy)}")
     entries = body.get("entries")
     if not isinstance(entries, list):
-        raise TableError(f"{where}.entries': expected a list of entries, got {_brief(entries)}")
+        raise _bad(label, f"{field}.entries", f"expected a list of entries, got "
+                   f"{quoted(entries)}")
+    op_variants = None if variants is None else variants[op]
     for i, entry in enumerate(entries):
+        where = f"{field}.entries[{i}]"
         if not isinstance(entry, dict):
-            raise TableError(f"{where}.entries[{i}]': expected a mapping with key and config, "
-                             f"got {_brief(entry)}")
-        key, config = entry.get("key"), entry.get("config")
-        if not isinstance(key, dict) or any(f not in key for f in KEY_FIELDS):
-            raise TableError(f"{where}.entries[{i}].key': expected a value for each of "
-                             f"{', '.join(KEY_FIELDS)}, got {_brief(key)}")
-        for name, value in (("config", config),
-                            *((f"alternates[{j}]", a)
-                              for j, a in enumerate(entry.get("alternates") or ()))):
-            if not isinstance(value, dict) or not isinstance(value.get("variant"), str):
-                raise TableError(f"{where}.entries[{i}].{name}': expected a mapping with a "
-                                 f"variant, got {_brief(value)}")
+            raise _bad(label, where, f"expected a mapping with key and config, got "
+                       f"{quoted(entry)}")
+        _check_key(label, f"{where}.key", entry.get("key"))
+        alternates = entry.get("alternates", [])
+        if not isinstance(alternates, list):
+            raise _bad(label, f"{where}.alternates", f"expected a list of configs, got "
+                       f"{quoted(alternates)}")
+        _check_provenance(label, where, entry)
+        _check_config(label, f"{where}.config", entry.get("config"), op_variants)
+        for j, alternate in enumerate(alternates):
+            _check_config(label, f"{where}.alternates[{j}]", alternate, op_variants)
+
+
+def _check_provenance(label: str, where: str, entry: Mapping) -> None:
+    """TableError naming a provenance field the readers use (Measurement, the export's
+    conversions) that is there but not of its kind: times are numbers, the tuned shape a
+    Shape label."""
+    from tuner.shapes import Shape  # light: no torch
+
+    for name in ("ms", "cublas_ms"):
+        if entry.get(name) is not None and not _number(entry[name]):
+            raise _bad(label, f"{where}.{name}", f"expected a number, got {quoted(entry[name])}")
+    times = entry.get("alternates_ms", [])
+    if not isinstance(times, list) or not all(t is None or _number(t) for t in times):
+        raise _bad(label, f"{where}.alternates_ms", f"expected a list of numbers, got "
+                   f"{quoted(times)}")
+    if "tuned_shape" in entry:
+        try:
+            Shape.from_label(entry["tuned_shape"])
+        except ValueError as e:
+            raise _bad(label, f"{where}.tuned_shape", str(e)) from None
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_key(label: str, field: str, key) -> None:
+    """TableError naming the key field that is not a size, stride or dtype a call has."""
+    from tuner.bucketing.strategies import KEY_FIELDS  # light; only reading needs it
+    from tuner.dtypes import DTYPES  # light: no torch
+
+    if not isinstance(key, dict) or any(f not in key for f in KEY_FIELDS):
+        raise _bad(label, field, f"expected a value for each of {', '.join(KEY_FIELDS)}, got "
+                   f"{quoted(key)}")
+    for name in KEY_FIELDS:
+        value = key[name]
+        if name == "dtype":
+            if not isinstance(value, str) or value not in DTYPES:
+                raise _bad(label, f"{field}.dtype", f"expected one of {', '.join(DTYPES)}, "
+                           f"got {quoted(value)}")
+            continue
+        low = 0 if name.startswith("stride") else 1
+        if not _integer(value) or not low <= value <= MAX_KEY_VALUE:
+            raise _bad(label, f"{field}.{name}", f"expected an integer from {low} to 2**31, "
+                       f"got {quoted(value)}")
+
+
+def _check_config(label: str, field: str, config,
+                  variants: Mapping[str, Sequence[str]] | None) -> None:
+    """TableError naming what is wrong with a config: it must be a mapping with a variant
+    (one of `variants`, holding each of that variant's parameters, where given; others are
+    not read), each other value an integer the space rules allow."""
+    from tuner.space import ANY_COUNT, PARAM_RULES
+
+    if not isinstance(config, dict) or not isinstance(config.get("variant"), str):
+        raise _bad(label, field, f"expected a mapping with a variant, got {quoted(config)}")
+    variant = config["variant"]
+    if variants is not None:
+        params = variants.get(variant)
+        if params is None:
+            raise _bad(label, f"{field}.variant", f"expected a variant of the installed "
+                       f"kernel ({', '.join(variants)}), got {quoted(variant)}")
+        missing = [p for p in params if p not in config]
+        if missing:
+            raise _bad(label, field, f"variant {variant} takes {', '.join(params)}; missing "
+                       f"{', '.join(missing)}")
+    for name, value in config.items():
+        if name == "variant":
+            continue
+        allowed, words = PARAM_RULES.get(name, ANY_COUNT)
+        if not _integer(value) or not allowed(value):
+            raise _bad(label, f"{field}.{clipped(str(name))}", f"expected {words}, got "
+                       f"{quoted(value)}")
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class Measurement(NamedTuple):

@@ -22,6 +22,7 @@ calls from what `_remember` tells it, and hands every other call to them.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import torch
 
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for, launches
+from tuner.kernels._launch import INTERPRETED
 from tuner.kernels.base import Gemm, Kernel
 from tuner.kernels.calls import runnable_config
 from tuner.kernels.launches import Prepared, Repeated
@@ -87,6 +89,13 @@ def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
                       f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
                       f"({reason}); using {fallback.source}", RuntimeWarning, stacklevel=4)
         config = fallback
+    if gemm.a.device.type == "cpu" and not INTERPRETED and (
+            kernel.variant[config["variant"]].library_calls is None):
+        raise RuntimeError(
+            f"gemm-tuner: the {kernel.name} config for {M}x{N}x{K} on CPU tensors is the Triton "
+            f"kernel {config['variant']}, and Triton runs on the CPU only in its interpreter: "
+            "set TRITON_INTERPRET=1 before importing tuner, or pass GPU tensors (a table whose "
+            "answers are cublas runs on the CPU as it is)")
     return kernel, config
 
 
@@ -162,6 +171,22 @@ def _check_inputs(name: str, a: torch.Tensor, b: torch.Tensor, scale_a, scale_b)
     return dtype.out
 
 
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` (..., K) as a matrix of its rows; reshape(-1, K) cannot tell the row count where
+    K is 0 (a valid linear whose output is the bias alone)."""
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
+
+
+def _check_tensors(name: str, required: dict, optional: dict) -> None:
+    """TypeError naming the first argument that is not a tensor (an optional one may be
+    None): lists and numpy arrays have none of the strides the dispatcher reads."""
+    for label, value in (*required.items(), *optional.items()):
+        if not isinstance(value, torch.Tensor) and (label in required or value is not None):
+            expected = "a torch.Tensor" + ("" if label in required else " or None")
+            raise TypeError(f"{name}: {label} must be {expected}, got "
+                            f"{type(value).__name__}")
+
+
 def _new_out(a: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty((a.shape[0], n), dtype=dtype, device=a.device)
 
@@ -211,7 +236,7 @@ def _mm_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor,
 def _linear_run(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 allow_tf32: bool) -> tuple[torch.Tensor, _Call | None, torch.Tensor]:
     """(output, the call's plan, the 2-D x it multiplied) of x @ weight^T + bias."""
-    x2 = x.reshape(-1, x.shape[-1])
+    x2 = _rows(x)
     out = _new_out(x2, weight.shape[0], x.dtype)
     call = _compute(Gemm(x2, weight.t(), out, bias, allow_tf32=allow_tf32))
     return out.view(*x.shape[:-1], weight.shape[0]), call, x2
@@ -239,12 +264,12 @@ def _linear_setup(ctx, inputs, output):
 def _linear_backward(ctx, grad):
     """d(x @ W^T + bias): grad @ W, grad^T @ x and the column sums of grad."""
     x, weight = ctx.saved_tensors
-    grad2 = grad.reshape(-1, grad.shape[-1])
+    grad2 = _rows(grad)
     grad_x = grad_w = grad_bias = None
     if ctx.needs_input_grad[0]:
         grad_x = _mm(grad2, weight, None, None, ctx.allow_tf32).view(x.shape)
     if ctx.needs_input_grad[1]:
-        grad_w = _mm(grad2.t(), x.reshape(-1, x.shape[-1]), None, None, ctx.allow_tf32)
+        grad_w = _mm(grad2.t(), _rows(x), None, None, ctx.allow_tf32)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         grad_bias = grad2.sum(0)
     return grad_x, grad_w, grad_bias, None
@@ -312,11 +337,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     """
     signature = None
     if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
-        signature = (_described(a), _described(b), _described(out), _described(scale_a),
-                     _described(scale_b), allow_tf32)
+        try:
+            signature = (_described(a), _described(b), _described(out), _described(scale_a),
+                         _described(scale_b), allow_tf32)
+        except AttributeError:  # not a tensor: checked below
+            pass
         repeat = _MATMUL_REPEATS.get(signature)
         if repeat is not None and not _records_grad(a, b, out):
             return repeat.matmul(a, b, out, scale_a, scale_b)
+    _check_tensors("matmul", {"a": a, "b": b},
+                   {"out": out, "scale_a": scale_a, "scale_b": scale_b})
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expected a (M×K) and b (K×N), got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
@@ -347,10 +377,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     signature = None
     if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
-        signature = (_described(x), _described(weight), _described(bias), allow_tf32)
+        try:
+            signature = (_described(x), _described(weight), _described(bias), allow_tf32)
+        except AttributeError:  # not a tensor: checked below
+            pass
         repeat = _LINEAR_REPEATS.get(signature)
         if repeat is not None and not _records_grad(x, weight, bias):
             return repeat.linear(x, weight, bias)
+    _check_tensors("linear", {"x": x, "weight": weight}, {"bias": bias})
     if x.dim() < 1 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"linear: expected x (..., K) and weight (N×K), got {tuple(x.shape)} "
                          f"and {tuple(weight.shape)}")

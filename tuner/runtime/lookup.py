@@ -25,7 +25,9 @@ from tuner.formats.table import (
 from tuner.runtime import fallback
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.policy import TABLE_POLICY, Question
+from tuner.runtime.runnable import installed_variants
 from tuner.runtime.source import TableSource
+from tuner.textfiles import quoted
 
 ENV_VAR = "TUNE_CONFIG"
 
@@ -90,7 +92,7 @@ class TunedTable(TableSource):
     policy = TABLE_POLICY
 
     def __init__(self, path: Path | None, doc: object = None):
-        table = read_table(path, doc) if path is not None else None
+        table = read_table(path, doc, installed_variants()) if path is not None else None
         super().__init__(path, table.device_name if table is not None else None)
         self.ops: dict[str, OpTable] = {}
         self.parts = fallback.ModelParts(self.device_name)
@@ -191,6 +193,9 @@ def get_tuned_config_without(variants: Iterable[str], op: str, *, M: int, N: int
     alternates and neighbours, and cuBLAS never answers). Memoised as get_tuned_config is;
     a function of its own, so that get_tuned_config's memoised path stays one dict lookup."""
     table = _table_at(path)
+    if isinstance(variants, str) or not isinstance(variants, Iterable):
+        raise TypeError(f"gemm-tuner: get_tuned_config_without's variants must be a collection "
+                        f"of variant names, e.g. ('cublas',), got {quoted(variants)}")
     excluded = frozenset(variants)
     raw = (op, M, N, K, stride_am, stride_bk, dtype, excluded)
     config = table.memo.get(raw)

@@ -42,9 +42,8 @@ from tuner.filelock import locked_beside
 from tuner.formats.device import device_block
 from tuner.formats.files import write_atomic
 from tuner.formats.table import (
-    TABLE_FORMAT,
+    checked_document,
     document_device,
-    is_table_document,
     merge_entry,
     read_document,
     table_document,
@@ -52,6 +51,7 @@ from tuner.formats.table import (
 )
 from tuner.runtime.runnable import shape_of
 from tuner.runtime.source import LOG_ENV_VAR
+from tuner.textfiles import quoted
 
 CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
 TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
@@ -86,14 +86,13 @@ def cache_path(expand_path: str | os.PathLike) -> Path:
 
 
 def read_cache(path: str | os.PathLike) -> dict | None:
-    """The cache's table document, None where there is no file yet; ValueError where the file
-    is not a table."""
+    """The cache's table document, None where there is no file yet; TableError (a
+    ValueError) where the file is not a table the runtime can read."""
     try:
         doc = read_document(Path(path))[0]
     except FileNotFoundError:
         return None
-    if not is_table_document(doc):
-        raise ValueError(f"gemm-tuner online cache {path}: not a '{TABLE_FORMAT}' file")
+    checked_document(doc, f"gemm-tuner online cache {path}")
     return doc
 
 
@@ -156,12 +155,17 @@ class OnlineCache:
 
         launch = os.environ.get(LAUNCH_ENV_VAR) or DEFAULT_LAUNCH
         if launch not in LAUNCH_MODES:
-            raise ValueError(f"{LAUNCH_ENV_VAR}={launch}: expected one of {LAUNCH_MODES}")
+            raise ValueError(f"{LAUNCH_ENV_VAR}={quoted(launch)}: expected one of "
+                             f"{', '.join(LAUNCH_MODES)}")
         return launch
 
     @staticmethod
     def top_k() -> int:
-        return max(1, int(os.environ.get(TOP_K_ENV_VAR) or DEFAULT_TOP_K))
+        text = os.environ.get(TOP_K_ENV_VAR) or str(DEFAULT_TOP_K)
+        if not (text.strip().isascii() and text.strip().isdigit() and int(text) >= 1):
+            raise ValueError(f"{TOP_K_ENV_VAR}={quoted(text)}: expected a positive integer (the "
+                             f"most candidates a bucket times; default {DEFAULT_TOP_K})")
+        return int(text)
 
     # -- reading --------------------------------------------------------------------------
     def _refresh(self) -> None:

@@ -21,6 +21,17 @@ def shape_of(key: Mapping):
     return Shape(*sizes, key["dtype"], layout(*sizes, key["stride_am"], key["stride_bk"]))
 
 
+def installed_variants() -> dict[str, dict[str, tuple[str, ...]]] | None:
+    """Per op, per variant, the parameters a config of it holds, of the installed kernels
+    (what a table's entries are checked against as it loads); None when the kernels cannot
+    be imported."""
+    try:
+        from tuner.kernels import kernel_variants
+    except ImportError:
+        return None
+    return kernel_variants()
+
+
 def runnability(op: str) -> Callable[[Mapping], Callable[[Mapping], bool]] | None:
     """A function giving, for a raw key, whether the op's kernel can run a config on it: the
     kernel's own verdict (Kernel.unsupported) on the key's GEMM as meta tensors (_key_gemm).

@@ -51,8 +51,9 @@ class TableSource(ABC):
       at the caller of get_tuned_config;
     - with TUNE_LOG=1, one line per key on the "tuner.runtime" logger.
 
-    Nothing heavy is imported to answer a key the file has an entry for: the kernels (for
-    `runnable`) and the model load on the first key that needs them.
+    A file is checked whole as it loads (our table's entries against the installed kernels,
+    tuner.formats.table.read_table): a bad entry is one error then, not one at its key's first
+    call. The model loads on the first key that needs it.
     """
 
     def __init__(self, path: Path | None, device_name: str | None):

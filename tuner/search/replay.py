@@ -15,8 +15,11 @@ committed one without a GPU or a database.
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import math
 import statistics
+import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -31,9 +34,14 @@ from tuner.kernels import KERNELS, kernel_variants
 from tuner.kernels.calls import meta_gemm
 from tuner.search.samplers import make_sampler
 from tuner.search.study import ASKS_PER_TRIAL
-from tuner.shapes import Shape
+from tuner.shapes import Shape, checked_shape
 from tuner.space import SearchSpace, config_signature, parse_space
 from tuner.statuses import TrialStatus
+from tuner.textfiles import clipped, parsed_yaml, quoted, read_user_file
+
+# The largest recording read, packed or unpacked: one of a dozen shapes' exhaustive studies
+# is under 1 MiB.
+MAX_RECORDING_BYTES = 64 << 20
 
 
 class ReplayError(UserError, ValueError):
@@ -68,21 +76,67 @@ class Recording:
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
+        """The recording at `path`; ReplayError naming the file and what is wrong where it is
+        not one (a recording's gzip is read to at most MAX_RECORDING_BYTES, unpacked)."""
         try:
-            doc = json.loads(gzip.decompress(Path(path).read_bytes()))
-            return cls(DeviceInfo(**doc["device"]), tuple(
-                ShapeRecording(Shape(*r["shape"]), r["kernel"],
-                               _space(r["space"], f"{path}: shape {r['shape']}"),
-                               {config_signature(c): tf for c, tf in r["configs"]})
+            data = read_user_file(path, "recording", MAX_RECORDING_BYTES, ReplayError)
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as unpacked:
+                text = unpacked.read(MAX_RECORDING_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ReplayError(f"{path}: not a gemm-tuner recording ({clipped(str(e))})") from None
+        if len(text) > MAX_RECORDING_BYTES:
+            raise ReplayError(f"{path}: not a gemm-tuner recording (unpacks to more than "
+                              f"{MAX_RECORDING_BYTES >> 20} MiB)")
+        try:
+            doc = json.loads(text)
+            return cls(_device(doc["device"]), tuple(
+                _shape_recording(r, f"{path}: shape {quoted(r.get('shape'))}")
                 for r in doc["shapes"]))
-        except (OSError, EOFError, gzip.BadGzipFile, json.JSONDecodeError, KeyError,
-                TypeError) as e:
-            raise ReplayError(f"{path}: not a gemm-tuner recording ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError, TypeError,
+                AttributeError, ValueError) as e:
+            if isinstance(e, UserError):
+                raise
+            problem = (f"no field {e}" if isinstance(e, KeyError)
+                       else clipped(str(e) or type(e).__name__, 120))
+            raise ReplayError(f"{path}: not a gemm-tuner recording ({problem})") from None
+
+
+def _device(doc: dict) -> DeviceInfo:
+    """The recording's device, each field of the type DeviceInfo holds."""
+    device = DeviceInfo(**doc)
+    for field in fields(DeviceInfo):
+        value = getattr(device, field.name)
+        expected = {"str": str, "int": int}.get(field.type, field.type)  # a string annotation
+        if type(value) is not expected:
+            raise TypeError(f"device {field.name} must be {expected.__name__}, got "
+                            f"{quoted(value)}")
+    return device
+
+
+def _shape_recording(r: dict, source: str) -> ShapeRecording:
+    """One shape's part of a recording, checked: a shape a model's GEMM can have, a kernel
+    of this install, its study space, and per config a TF/s (>= 0; some > 0)."""
+    if not isinstance(r["shape"], list) or len(r["shape"]) != 5:
+        raise ValueError(f"shape must be [M, N, K, dtype, layout], got {quoted(r['shape'])}")
+    shape = checked_shape(*r["shape"])
+    if not isinstance(r["kernel"], str) or r["kernel"] not in KERNELS:
+        raise ValueError(f"kernel {quoted(r['kernel'])} is not one of {', '.join(KERNELS)}")
+    tflops = {}
+    for config, value in r["configs"]:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not (
+                math.isfinite(value) and value >= 0):
+            raise ValueError(f"a config's TF/s must be a number >= 0, got {quoted(value)}")
+        tflops[config_signature(config)] = value
+    if not any(tflops.values()):
+        raise ValueError(f"shape {shape}: no config measured")
+    return ShapeRecording(shape, r["kernel"], _space(r["space"], source), tflops)
 
 
 def _space(yaml_text: str, source: str) -> SearchSpace:
-    import yaml
-    return parse_space(yaml.safe_load(yaml_text), source, kernel_variants())
+    """A study's space as a recording or the database stores it (SearchSpace.to_yaml)."""
+    if not isinstance(yaml_text, str):
+        raise ValueError(f"space must be YAML text, got {quoted(yaml_text)}")
+    return parse_space(parsed_yaml(yaml_text, source, ReplayError), source, kernel_variants())
 
 
 def recording_from_store(store, device) -> tuple[Recording, list[str]]:

@@ -1,0 +1,139 @@
+"""The public functions given what a careless caller passes: each wrong argument is an error
+naming it, valid edge cases answer as torch does, and an environment that cannot run the
+answer says what to do in one line."""
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import tuner
+from tuner import runtime
+from tuner.formats.files import write_atomic
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="CPU calls of Triton configs need the interpreter")
+
+A, B = torch.randn(8, 16), torch.randn(16, 4)
+
+
+@pytest.mark.parametrize("args, kwargs, words", [
+    (([[1.0]], B), {}, "matmul: a must be a torch.Tensor, got list"),
+    ((A, np.ones((16, 4), np.float32)), {}, "matmul: b must be a torch.Tensor, got ndarray"),
+    ((None, B), {}, "matmul: a must be a torch.Tensor, got NoneType"),
+    ((A, B, [0.0]), {}, "matmul: out must be a torch.Tensor or None, got list"),
+    ((A, B), {"scale_a": 1.0}, "matmul: scale_a must be a torch.Tensor or None, got float"),
+], ids=["list", "numpy", "none", "out", "scale"])
+def test_matmul_names_an_argument_that_is_not_a_tensor(args, kwargs, words):
+    with pytest.raises(TypeError, match=words):
+        tuner.matmul(*args, **kwargs)
+
+
+@pytest.mark.parametrize("args, words", [
+    (([[1.0]], B.t()), "linear: x must be a torch.Tensor, got list"),
+    ((A, None), "linear: weight must be a torch.Tensor, got NoneType"),
+    ((A, B.t(), np.zeros(4)), "linear: bias must be a torch.Tensor or None, got ndarray"),
+], ids=["x", "weight", "bias"])
+def test_linear_names_an_argument_that_is_not_a_tensor(args, words):
+    with pytest.raises(TypeError, match=words):
+        tuner.linear(*args)
+
+
+def test_a_tensor_call_after_a_refused_one_still_runs():
+    with pytest.raises(TypeError):
+        tuner.matmul(A.tolist(), B)
+    torch.testing.assert_close(tuner.matmul(A, B), A @ B)
+
+
+@pytest.mark.parametrize("bias", [None, torch.randn(7)], ids=["no-bias", "bias"])
+def test_linear_with_k_zero_gives_the_bias_as_torch_does(bias):
+    x, weight = torch.randn(3, 5, 0), torch.randn(7, 0)
+    for _ in range(2):  # the first call, then the remembered one
+        got = tuner.linear(x, weight, bias)
+        assert torch.equal(got, torch.nn.functional.linear(x, weight, bias))
+
+
+def test_matmul_with_k_zero_gives_zeros():
+    assert torch.equal(tuner.matmul(torch.randn(4, 0), torch.randn(0, 6)), torch.zeros(4, 6))
+
+
+def test_a_string_of_variants_to_leave_out_is_a_type_error():
+    with pytest.raises(TypeError, match="variants must be a collection of variant names, e.g. "
+                                        r"\('cublas',\), got 'cublas'"):
+        runtime.get_tuned_config_without("cublas", "mm", M=64, N=64, K=64, dtype="bf16",
+                                         stride_am=64, stride_bk=64)
+
+
+@pytest.fixture
+def triton_table(tmp_path, monkeypatch):
+    """$TUNE_CONFIG: a table answering fp32 64x64x64 with a Triton config."""
+    from tuner.runtime import dispatch
+
+    key = {"M": 64, "N": 64, "K": 64, "stride_am": 64, "stride_bk": 64, "dtype": "fp32"}
+    config = {"variant": "general", "pad": 0, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32,
+              "GROUP_M": 1, "num_stages": 2, "num_warps": 4}
+    write_atomic(tmp_path / "t.yaml", {"format": runtime.TABLE_FORMAT, "ops": {"mm": {
+        "strategy": dict.fromkeys(key, "default"), "entries": [{"key": key, "config": config}]}}})
+    monkeypatch.setenv("TUNE_CONFIG", str(tmp_path / "t.yaml"))
+    dispatch.clear_cache()
+    yield
+    dispatch.clear_cache()
+
+
+def test_cpu_tensors_with_a_triton_answer_and_no_interpreter_say_what_to_do(triton_table,
+                                                                            monkeypatch):
+    monkeypatch.setattr("tuner.runtime.dispatch.INTERPRETED", False)
+    a = torch.randn(64, 64)
+    with pytest.raises(RuntimeError, match="gemm-tuner: the mm config for 64x64x64 on CPU "
+                                           "tensors is the Triton kernel general, and Triton "
+                                           "runs on the CPU only in its interpreter: set "
+                                           "TRITON_INTERPRET=1"):
+        tuner.matmul(a, a)
+
+
+def test_cpu_tensors_with_a_triton_answer_run_in_the_interpreter(triton_table):
+    a = torch.randn(64, 64)
+    torch.testing.assert_close(tuner.matmul(a, a), a @ a, atol=1e-3, rtol=1e-3)
+
+
+@pytest.fixture
+def online_expand(tmp_path, monkeypatch):
+    import yaml
+
+    doc = {"mm_general_tma": [{"config": None, "param_map": {
+        "META": {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k"},
+        "num_stages": "stages", "num_warps": "warps"}, "block_m": [32], "block_n": [32],
+        "block_k": [32], "stages": [2], "warps": [4]}, {"strategy": {}}]}
+    path = tmp_path / "e.yaml"
+    path.write_text("# device: NVIDIA H100 80GB HBM3\n" + yaml.safe_dump(doc))
+    monkeypatch.setenv("TUNE_ONLINE", "1")
+    monkeypatch.setenv("TUNE_ONLINE_CACHE", str(tmp_path / "cache.yaml"))
+    runtime.clear_cache()
+    yield path
+    runtime.clear_cache()
+
+
+def ask(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return runtime.get_tuned_config("mm", M=64, N=64, K=64, dtype="bf16", stride_am=64,
+                                        stride_bk=64, path=path)
+
+
+def test_online_tuning_without_a_gpu_or_the_interpreter_is_one_line(online_expand,
+                                                                     monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="TUNE_ONLINE=1 times candidates on this process's "
+                                           "GPU, and torch sees none"):
+        ask(online_expand)
+    assert sorted(p.name for p in online_expand.parent.iterdir()) == ["e.yaml"]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "1e3"])
+def test_a_bad_online_top_k_names_the_variable(online_expand, monkeypatch, value):
+    monkeypatch.setenv("TUNE_ONLINE_TOP_K", value)
+    with pytest.raises(ValueError, match=f"TUNE_ONLINE_TOP_K='{value}': expected a positive "
+                                         "integer"):
+        ask(online_expand)
