@@ -414,3 +414,19 @@ def test_export_merges_a_runtime_online_cache_the_database_wins_its_buckets(stor
     refused = tune_cli(tmp_path, "export", "expand", "-o", str(tmp_path / "e.yaml"),
                        "--merge", str(cache))
     assert refused.exit_code != 0 and "--merge" in refused.output
+
+
+@pytest.mark.parametrize("text, words", [
+    ("format: gemm-tuner-table/2\nops: [mm]\n", "field 'ops': expected a mapping of op to its "
+                                                "strategy and entries, got ['mm']"),
+    ("[1, 2]\n", "not a 'gemm-tuner-table/2' file (write one with `tune export table`)"),
+], ids=["list-ops", "not-a-table"])
+def test_export_refuses_a_merge_file_that_is_not_a_table_in_one_line(store, tmp_path, text,
+                                                                      words):
+    tune_fake(store, H100, SQUARE, BOTH_MODES, KERNELS["mm"].source_hash, launch=EAGER)
+    (tmp_path / "merge.yaml").write_text(text)
+    result = tune_cli(tmp_path, "export", "table", "-o", str(tmp_path / "out.yaml"),
+                      "--merge", str(tmp_path / "merge.yaml"))
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == (
+        f"Error: gemm-tuner table {tmp_path / 'merge.yaml'}: {words}")
+    assert not (tmp_path / "out.yaml").exists()
