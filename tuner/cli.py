@@ -67,6 +67,24 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+class OutputPath(click.Path):
+    """A file the command writes, checked when parsed, before any work: one that could not
+    be written (tuner.formats.files.check_writable) fails as the write would, exit 1."""
+
+    def __init__(self):
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        from tuner.formats.files import OutputError, check_writable
+        path = super().convert(value, param, ctx)
+        try:
+            check_writable(path)
+        except OutputError as e:
+            raise click.ClickException(str(e)) from None
+        return path
+
+
+OUTPUT_PATH = OutputPath()
 # Seeds numpy and Optuna's samplers take.
 SEED_TYPE = click.IntRange(min=0, max=2**32 - 1)
 
@@ -217,7 +235,7 @@ def run(db, shapes_path, space_paths, trials, timeout_s, patience, polish, seed,
                    "GPU, else an H100 SXM].")
 @click.option("--format", "fmt", type=click.Choice(["expand", "table"]), default="table",
               show_default=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OUTPUT_PATH,
               help="File to write (replaced atomically).")
 @one_line_errors
 def suggest(shapes_path, space_paths, device_name, fmt, output):
@@ -238,7 +256,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
               help="A recording (gzipped JSON) to replay, instead of reading --db.")
 @db_option
 @device_option
-@click.option("--save-recording", type=click.Path(dir_okay=False),
+@click.option("--save-recording", type=OUTPUT_PATH,
               help="Also write the recording read from --db to this file.")
 @click.option("--strategies", default="random,tpe,tpe-multivariate,gp,model,model+tpe,"
               "model+tpe-multivariate,model+gp", show_default=True,
@@ -249,7 +267,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
               help="Configs in flight per study, as `tune run --batch`.")
 @click.option("--jobs", default=os.cpu_count() or 1, show_default="CPU cores",
               type=click.IntRange(min=1), help="Processes replaying in parallel.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=OUTPUT_PATH,
               help="Draw the median curves to this PNG (needs matplotlib).")
 @click.pass_obj
 @one_line_errors
@@ -310,7 +328,7 @@ class ExportGroup(click.Group):
         return super().parse_args(ctx, [name, *rest])
 
 
-output_option = click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+output_option = click.option("-o", "--output", required=True, type=OUTPUT_PATH,
                              help="File to write (replaced atomically).")
 
 
@@ -524,7 +542,7 @@ def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, back
               help="Hold-out CSV: shapes the table was not tuned on.")
 @click.option("--trials", default=24, show_default=True, type=click.IntRange(min=1),
               help="Trials of each hold-out shape's fresh tune (the reference).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=OUTPUT_PATH,
               help="Also write the report here (replaced atomically).")
 @click.option("--db", "db_url", envvar="TUNE_VALIDATE_DB", default="sqlite:///validate.db",
               show_default=True, metavar="URL", expose_value=False, callback=_use_db,
