@@ -26,35 +26,27 @@ from tuner.shapes import load_shapes
 _IN_MEMORY_SQLITE = re.compile(r"sqlite(\+\w+)?://(/(:memory:)?)?(\?.*)?")
 
 
-def _use_db(ctx: click.Context, param, url: str | None) -> None:
-    """Put the command's database, unopened, on the context for the command to take."""
-    from tuner.db.database import Database
-    if url is not None and not url.strip():
-        raise click.BadParameter("expected a database URL such as sqlite:///tune.db, got ''",
-                                 ctx, param)
-    if url is not None and _IN_MEMORY_SQLITE.fullmatch(url.strip()):
-        raise click.BadParameter(f"{url!r} is an in-memory database, gone when the command "
-                                 "ends; expected a file, e.g. sqlite:///tune.db", ctx, param)
-    ctx.obj = Database(url)
-
-
-def _existing(db):
-    """The database of a command that only reads it. Opening a SQLite file that is not there
-    would create an empty one (a mistyped --db would seem to work): UserError instead."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        url = make_url(db.url)
-    except ArgumentError:
-        return db  # opening it says what is wrong
-    if url.get_backend_name() == "sqlite" and url.database:
-        path = url.database
-        if url.query.get("uri") == "true" or path.startswith("file:"):
-            path = path.removeprefix("file:").split("?")[0]
-        if not os.path.exists(path):
-            raise UserError(f"no database at {path} (--db {db.url}); `tune run` creates one")
-    return db
+def _use_db(create: bool):
+    """A --db callback putting the command's database, unopened, on the context for the
+    command to take; `create`: the command may create it (tuner.db.database.Database)."""
+    def use(ctx: click.Context, param, url: str | None) -> None:
+        from tuner.db.database import Database
+        from tuner.db.urls import masked_url
+        if url is not None and not url.strip():
+            raise click.BadParameter("expected a database URL such as sqlite:///tune.db, "
+                                     "got ''", ctx, param)
+        if url is not None and _IN_MEMORY_SQLITE.fullmatch(url.strip()):
+            raise click.BadParameter(f"{masked_url(url)!r} is an in-memory database, gone when "
+                                     "the command ends; expected a file, e.g. sqlite:///tune.db",
+                                     ctx, param)
+        from tuner.db.session import DatabaseError, parse_url
+        try:
+            if url is not None:
+                parse_url(url)
+        except DatabaseError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+        ctx.obj = Database(url, create)
+    return use
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -89,9 +81,14 @@ OUTPUT_PATH = OutputPath()
 SEED_TYPE = click.IntRange(min=0, max=2**32 - 1)
 
 
-db_option = click.option(
-    "--db", "db_url", envvar="TUNE_DB", default=None, metavar="URL", expose_value=False,
-    callback=_use_db, help="SQLAlchemy database URL [default: sqlite:///tune.db; env: TUNE_DB].")
+def _db_option(create: bool):
+    return click.option(
+        "--db", "db_url", envvar="TUNE_DB", default=None, metavar="URL", expose_value=False,
+        callback=_use_db(create),
+        help="SQLAlchemy database URL [default: sqlite:///tune.db; env: TUNE_DB].")
+
+
+db_option = _db_option(create=False)  # commands that read: an existing database of ours
 device_option = click.option(
     "--device", "device_selector", default=None, metavar="NAME",
     help="Which device's winners (part of its name, or a fingerprint prefix); needed only "
@@ -135,11 +132,13 @@ def _database_refusal(error: BaseException) -> str | None:
     while error is not None and seen < 8:
         if any(c.__module__ == "sqlalchemy.exc" and c.__name__ == "OperationalError"
                for c in type(error).__mro__):
+            from tuner.db.urls import masked_message
             first = str(getattr(error, "orig", None) or error).splitlines()[0]
             ctx = click.get_current_context(silent=True)
-            url = getattr(getattr(ctx, "obj", None), "url", None)
-            where = f"database {_shown_url(url)}" if url else "the database"
-            return f"{where}: {first}"
+            db = getattr(ctx, "obj", None)
+            if db is None:
+                return f"the database: {first}"
+            return f"database {db.shown_url}: {masked_message(first, db.url)}"
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 
@@ -183,7 +182,7 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
                    "neighbours, one parameter at a time (0: none).")
 @click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
               help="Seed of the sampler and inputs.")
-@db_option
+@_db_option(create=True)
 @click.option("--retune", is_flag=True, help="Tune keys again even if already tuned.")
 @backend_option
 @click.option("--devices", "devices_text", default=None, metavar="0,1,...",
@@ -283,7 +282,7 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
             raise click.BadParameter(f"unknown strategy {name!r}: choose from "
                                      f"{', '.join(STRATEGIES)}", param_hint="--strategies")
         chosen.append(STRATEGIES[name])
-    replay_strategies(db if recording_path else _existing(db), recording_path,
+    replay_strategies(db, recording_path,
                       device_selector, save_recording, chosen, seeds, trials, in_flight, jobs,
                       plot_path, click.echo, STDERR)
 
@@ -386,7 +385,7 @@ def export_table(db, output, device_selector, exact, launch, merge):
     from tuner.export import writers
     from tuner.export.picks import Selection
 
-    writers.export_table(_existing(db).store, output, Selection(device_selector, exact, launch),
+    writers.export_table(db.store, output, Selection(device_selector, exact, launch),
                          merge, STDERR)
 
 
@@ -462,23 +461,8 @@ def _write_flaggems(db, fmt: str, output: str, table_path: str | None, selection
     if table_path is not None:
         export_table_file(table_path, fmt, output, options, STDERR)
     else:
-        export_device_file(_existing(db).store, fmt, output, selection, options,
-                           _safe_url(db.url), STDERR)
-
-
-def _shown_url(url: str) -> str:
-    """A database URL for a message: as given, unless it holds a password."""
-    from sqlalchemy.engine import make_url
-    try:
-        return _safe_url(url) if make_url(url).password else url
-    except Exception:  # not a URL SQLAlchemy parses: it has no password to hide
-        return url
-
-
-def _safe_url(url: str) -> str:
-    """A database URL with its password hidden, for a file's header."""
-    from sqlalchemy.engine import make_url
-    return make_url(url).render_as_string(hide_password=True)
+        export_device_file(db.store, fmt, output, selection, options,
+                           db.shown_url, STDERR)
 
 
 @main.command()
@@ -495,7 +479,7 @@ def show(db, device_selector, failures):
 
     from tuner.reports import show_table
 
-    Console().print(show_table(_existing(db).store, device_selector, failures, STDERR))
+    Console().print(show_table(db.store, device_selector, failures, STDERR))
 
 
 @main.command()
@@ -545,7 +529,7 @@ def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, back
 @click.option("-o", "--output", type=OUTPUT_PATH,
               help="Also write the report here (replaced atomically).")
 @click.option("--db", "db_url", envvar="TUNE_VALIDATE_DB", default="sqlite:///validate.db",
-              show_default=True, metavar="URL", expose_value=False, callback=_use_db,
+              show_default=True, metavar="URL", expose_value=False, callback=_use_db(create=True),
               help="Where the fresh tunes go [env: TUNE_VALIDATE_DB]; not the tuning database "
                    "(nor TUNE_DB), so the hold-out winners never reach a later export.")
 @click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
@@ -584,6 +568,6 @@ def db_upgrade(db):
     a database written by a newer gemm-tuner is refused."""
     from tuner.db.database import upgrade_database
 
-    before, head = upgrade_database(_existing(db).url)
+    before, head = upgrade_database(db.url)
     state = "already current" if before == head else "upgraded"
-    STDERR.note(f"database {_shown_url(db.url)}: schema at revision {head} ({state})")
+    STDERR.note(f"database {db.shown_url}: schema at revision {head} ({state})")
