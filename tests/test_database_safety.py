@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.test_store_export import H100
+from tests.test_store_export import H100, SQUARE, config, ok, tune_fake
 from tuner.cli import main
 from tuner.db.database import Database
 from tuner.db.session import DatabaseError, session_factory
@@ -188,3 +188,51 @@ def test_a_tuning_command_initialises_a_new_or_empty_file(workdir):
         store = Database(f"sqlite:///{name}", create=True).store
         assert store.winners() == []
         assert (workdir / name).stat().st_size > 0
+
+
+def test_a_newer_optuna_schema_is_one_line(workdir):
+    url = f"sqlite:///{workdir / 'tune.db'}"
+    Database(url, create=True).optuna_storage  # noqa: B018
+    with sqlite3.connect(workdir / "tune.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'v99.0.0.a'")
+        conn.execute("UPDATE version_info SET library_version = '99.0.0'")
+    conn.close()
+    with pytest.raises(DatabaseError) as refused:
+        Database(url, create=True).optuna_storage  # noqa: B018
+    message = str(refused.value)
+    assert message.startswith(f"database {url}: Optuna's tables: The runtime optuna version ")
+    assert "(set up by optuna 99.0.0)" in message and "\n" not in message
+
+
+@INTERPRETER
+def test_run_on_a_newer_optuna_schema_is_one_line(workdir):
+    Database("sqlite:///tune.db", create=True).optuna_storage  # noqa: B018
+    with sqlite3.connect(workdir / "tune.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'v99.0.0.a'")
+    conn.close()
+    result = tune("run", "--shapes", "s.csv", "--backend", "interpret", "--jobs", "1")
+    assert result.exit_code == 1
+    assert "Optuna's tables: The runtime optuna version" in error_line(result)
+
+
+# -- messages that mislead --------------------------------------------------------------------
+def test_a_timeout_too_short_to_measure_anything_is_a_usage_error(workdir):
+    result = tune("run", "--shapes", "s.csv", "--backend", "interpret", "--timeout", "1e-9")
+    assert result.exit_code == 2
+    assert error_line(result) == "Error: Invalid value for '--timeout': 1e-09 is not in the " \
+                                 "range x>=1."
+    assert listing(workdir).keys() == {"s.csv"}
+
+
+def test_winners_of_older_kernel_source_are_named_not_denied(workdir):
+    store = Store(session_factory("sqlite:///tune.db"))
+    tune_fake(store, H100, SQUARE, [(config(128, 256, 64), ok(0.19, 720.0))],
+              kernel_hash="older")
+    for command in (["show"], ["export", "table", "-o", "t.yaml"]):
+        result = tune(*command)
+        assert result.exit_code == 1
+        assert error_line(result) == (
+            "Error: no winners measured with this gemm-tuner's kernel source: the database "
+            "holds 1 winners measured with older kernel source, left out since the kernels "
+            "changed; re-tune their shapes with `tune run --shapes ...`")
+    assert not (workdir / "t.yaml").exists()

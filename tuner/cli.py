@@ -170,9 +170,9 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
               help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
               help="Trials per study (one study per bucketed key).")
-@click.option("--timeout", "timeout_s", default=None,
-              type=FiniteFloatRange(min=0, min_open=True),
-              help="Seconds per study, at most.")
+@click.option("--timeout", "timeout_s", default=None, type=FiniteFloatRange(min=1),
+              help="Seconds per study, at most; at least 1 (a study stopped before its first "
+                   "configs were measured would have nothing to show).")
 @click.option("--patience", default=24, show_default=True, type=click.IntRange(min=1),
               help="Stop a study after this many trials in a row without a 0.5% gain "
                    "(replayed on an H200 recording with `tune replay`: 20% fewer trials "
