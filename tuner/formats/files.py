@@ -39,8 +39,8 @@ def yaml_text(doc: dict) -> str:
 
 def check_writable(path: str | Path) -> None:
     """OutputError now where write_text_atomic could not write `path` later: a command checks
-    its outputs before it works. The folders it would create must lie under a folder this
-    process may write in; an existing `path` must be a regular file."""
+    its outputs before it works. The folders it would create must lie under a folder where
+    this process can make a file; an existing `path` must be a regular file."""
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder")
@@ -51,8 +51,12 @@ def check_writable(path: str | Path) -> None:
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(f"cannot write {path}: {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write {path}: Permission denied ({folder})")
+    try:  # a file made and removed at once: permissions alone miss read-only mounts, root
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror} ({folder})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_atomic(path: str | Path, doc: dict) -> None:
