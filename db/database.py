@@ -10,20 +10,30 @@ from functools import cached_property
 
 
 class Database:
-    def __init__(self, url: str | None = None):
-        self.requested_url = url  # None: TUNE_DB, else ./tune.db (tuner.db.session.resolve_url)
+    """`create`: the command may create the database (`tune run`, `tune validate`); without
+    it, only an existing database of ours is opened (tuner.db.ownership)."""
+
+    def __init__(self, url: str | None = None, create: bool = False):
+        self.requested_url = url  # None: TUNE_DB, else ./tune.db (tuner.db.urls.resolve_url)
+        self.create = create
 
     @cached_property
     def url(self) -> str:
-        from tuner.db.session import resolve_url
+        from tuner.db.urls import resolve_url
         return resolve_url(self.requested_url)
 
     @cached_property
+    def shown_url(self) -> str:
+        """The URL as messages and files show it: its password masked."""
+        from tuner.db.urls import masked_url
+        return masked_url(self.url)
+
+    @cached_property
     def store(self):
-        """The tuner.db.store.Store of this database, its schema created if need be."""
+        """The tuner.db.store.Store of this database, its schema created or upgraded."""
         from tuner.db.session import session_factory
         from tuner.db.store import Store
-        return Store(session_factory(self.url))
+        return Store(session_factory(self.url, create=self.create))
 
     @cached_property
     def optuna_storage(self):
@@ -41,10 +51,11 @@ class Database:
 
 
 def upgrade_database(url: str | None = None) -> tuple[str | None, str]:
-    """`tune db upgrade`: open the database, which brings its schema to this code's
+    """`tune db upgrade`: open the existing database, which brings its schema to this code's
     (tuner.db.session.open_engine, tuner.db.migrations); (revision it was at, head)."""
     from tuner.db.session import open_engine
 
     seen: list[tuple[str | None, str]] = []
-    open_engine(url, on_schema=lambda before, head: seen.append((before, head))).dispose()
+    open_engine(url, on_schema=lambda before, head: seen.append((before, head)),
+                create=False).dispose()
     return seen[0]

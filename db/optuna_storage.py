@@ -16,7 +16,8 @@ from optuna.trial import TrialState, create_trial
 from sqlalchemy import create_engine, event, inspect, text
 
 from tuner.db.liveness import TRIAL_LEASE, Heartbeat, Owner
-from tuner.db.session import SQLITE_BUSY_TIMEOUT_MS, schema_lock
+from tuner.db.session import SQLITE_BUSY_TIMEOUT_MS, DatabaseError, schema_lock
+from tuner.db.urls import masked_message, masked_url
 from tuner.statuses import StudyStatus
 
 # The system attribute naming the process ("host:pid") that holds a RUNNING Optuna trial.
@@ -115,7 +116,8 @@ class TunerStorage(optuna.storages.RDBStorage):
 
 def optuna_storage(url: str) -> TunerStorage:
     """Optuna's RDB storage in the same database as a TunerStorage, its tables created under
-    the schema lock (tuner.db.session.schema_lock)."""
+    the schema lock (tuner.db.session.schema_lock). Tables Optuna cannot use (written by
+    another Optuna version) are a one-line DatabaseError."""
     # ask() warns on a storage with a heartbeat outside Study.optimize: ours beats itself.
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
     connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if url.startswith("sqlite") else {}
@@ -123,6 +125,11 @@ def optuna_storage(url: str) -> TunerStorage:
     try:
         with lock_engine.connect() as conn, schema_lock(conn):  # Optuna creates tables too
             return TunerStorage(url, engine_kwargs={"connect_args": connect_args})
+    except DatabaseError:
+        raise
+    except RuntimeError as e:  # what RDBStorage raises on a schema of another Optuna version
+        first = masked_message(str(e).splitlines()[0], url)
+        raise DatabaseError(f"database {masked_url(url)}: Optuna's tables: {first}") from None
     finally:
         lock_engine.dispose()
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, event, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from tuner.db.ownership import sqlite_file, sqlite_refusal, tables_refusal
+from tuner.db.urls import masked_message, masked_url, resolve_url
 from tuner.errors import UserError
 from tuner.filelock import exclusive_lock
 
-DEFAULT_URL = "sqlite:///tune.db"
 # SQLite waits this long for a lock held by another local process instead of failing.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Lock taken while creating tables (ours and Optuna's): `tune run` processes starting together
@@ -24,12 +25,8 @@ SQLITE_LOCK_SUFFIX = ".lock"
 
 
 class DatabaseError(UserError, RuntimeError):
-    """The database URL is malformed, its driver is missing, or it cannot be reached."""
-
-
-def resolve_url(url: str | None) -> str:
-    """--db, else TUNE_DB, else ./tune.db."""
-    return url or os.environ.get("TUNE_DB") or DEFAULT_URL
+    """The database URL is malformed, its driver is missing, it cannot be reached, or it is
+    not ours to open (tuner.db.ownership). Its message shows the URL masked."""
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -42,32 +39,66 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def open_engine(url: str | None = None, on_schema=None) -> Engine:
+def parse_url(url: str) -> URL:
+    """The URL as SQLAlchemy parses it; DatabaseError (the URL masked) where it cannot."""
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise DatabaseError(f"bad database URL {masked_url(url)!r}: expected "
+                            "dialect[+driver]://user:password@host[:port]/database") from None
+    except ValueError:  # what make_url raises for a port that is no number
+        raise DatabaseError(f"bad database URL {masked_url(url)!r}: its port must be a "
+                            "number") from None
+
+
+def open_engine(url: str | None = None, on_schema=None, create: bool = True) -> Engine:
     """An engine for the URL with the schema created or upgraded to the code's
     (tuner.db.migrations: one line on stderr when an older database is upgraded, one-line
-    DatabaseError for a newer one); DatabaseError with one line otherwise.
+    DatabaseError for a newer one); DatabaseError with one line otherwise, the URL masked.
+
+    Only a database of ours is opened (tuner.db.ownership); without `create`, only one that
+    exists and holds our tables (a command that reads must not create one).
     on_schema(revision before, head) is called once the schema is at head."""
     url = resolve_url(url)
+    shown = masked_url(url)
+    parsed = parse_url(url)
     try:
-        parsed = make_url(url)
         engine = create_engine(parsed)
     except (NoSuchModuleError, ModuleNotFoundError) as e:
-        raise DatabaseError(f"database URL {url!r}: driver not available ({e})") from None
-    except ArgumentError as e:
-        raise DatabaseError(f"bad database URL {url!r}: {e}") from None
-    if parsed.get_backend_name() == "sqlite":
+        raise DatabaseError(f"database URL {shown!r}: driver not available "
+                            f"({masked_message(str(e), url)})") from None
+    except (ArgumentError, ValueError, TypeError) as e:  # e.g. a query argument of bad type
+        first = masked_message(str(e).splitlines()[0] if str(e) else type(e).__name__, url)
+        raise DatabaseError(f"bad database URL {shown!r}: {first}") from None
+    sqlite = parsed.get_backend_name() == "sqlite"
+    path = sqlite_file(parsed.database, dict(parsed.query)) if sqlite else None
+    refused = path and sqlite_refusal(path, create, shown)
+    if refused:
+        engine.dispose()
+        raise DatabaseError(refused)
+    if sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     try:
-        with engine.connect() as conn, schema_lock(conn):
-            from tuner.db.migrations import SchemaTooNewError, upgrade_schema
-            try:
-                revisions = upgrade_schema(conn, parsed.render_as_string())
-            except SchemaTooNewError as e:
-                raise DatabaseError(str(e)) from None
-            conn.commit()
+        with engine.connect() as conn:
+            refused = None if create or sqlite else tables_refusal(
+                set(inspect(conn).get_table_names()), f"database {shown}")
+            if refused:
+                raise DatabaseError(refused)
+            with schema_lock(conn):
+                from tuner.db.migrations import SchemaTooNewError, upgrade_schema
+                try:
+                    revisions = upgrade_schema(conn, shown)
+                except SchemaTooNewError as e:
+                    raise DatabaseError(str(e)) from None
+                conn.commit()
     except SQLAlchemyError as e:
+        engine.dispose()
         first = str(e.orig if getattr(e, "orig", None) else e).splitlines()[0]
-        raise DatabaseError(f"cannot open database {parsed.render_as_string()}: {first}") from None
+        raise DatabaseError(f"cannot open database {shown}: "
+                            f"{masked_message(first, url)}") from None
+    except DatabaseError:
+        engine.dispose()
+        raise
     if on_schema is not None:
         on_schema(*revisions)
     return engine
@@ -75,11 +106,8 @@ def open_engine(url: str | None = None, on_schema=None) -> Engine:
 
 def sqlite_lock_path(database: str | None) -> str | None:
     """The lock file of a SQLite database path (URL.database); None for an in-memory one."""
-    if database and database.startswith("file:"):  # a URI filename
-        database = database[len("file:"):].partition("?")[0]
-    if not database or database == ":memory:":
-        return None
-    return os.path.abspath(database) + SQLITE_LOCK_SUFFIX
+    path = sqlite_file(database)
+    return None if path is None else os.path.abspath(path) + SQLITE_LOCK_SUFFIX
 
 
 @contextmanager
@@ -108,5 +136,6 @@ def schema_lock(conn):
             conn.commit()
 
 
-def session_factory(url: str | None = None) -> sessionmaker[Session]:
-    return sessionmaker(open_engine(url), expire_on_commit=False)
+def session_factory(url: str | None = None, create: bool = True) -> sessionmaker[Session]:
+    """Sessions on the database at `url` (open_engine: without `create`, one that exists)."""
+    return sessionmaker(open_engine(url, create=create), expire_on_commit=False)

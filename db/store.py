@@ -28,6 +28,7 @@ from tuner.db.models import (
     Winner,
     utcnow,
 )
+from tuner.db.urls import masked_command
 from tuner.devices import DeviceInfo, device_matches
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
@@ -82,12 +83,13 @@ class Store:
 
     # -- runs -----------------------------------------------------------------------------
     def start_run(self, device: Device, backend: str, command: list[str]) -> Run:
-        """This process's run row; first, runs of this host found dead are marked so."""
+        """This process's run row, its command line stored with any database password
+        masked; first, runs of this host found dead are marked so."""
         self.interrupt_dead_runs()
         me = Owner.this_process()
         with self.sessions() as s:
             run = Run(device_id=device.id, backend=backend, hostname=me.host, pid=me.pid,
-                      command=command)
+                      command=masked_command(command))
             s.add(run)
             s.commit()
             return run

@@ -27,35 +27,27 @@ from tuner.shapes import LAYOUTS, load_shapes, parse_m_values, swept_m
 _IN_MEMORY_SQLITE = re.compile(r"sqlite(\+\w+)?://(/(:memory:)?)?(\?.*)?")
 
 
-def _use_db(ctx: click.Context, param, url: str | None) -> None:
-    """Put the command's database, unopened, on the context for the command to take."""
-    from tuner.db.database import Database
-    if url is not None and not url.strip():
-        raise click.BadParameter("expected a database URL such as sqlite:///tune.db, got ''",
-                                 ctx, param)
-    if url is not None and _IN_MEMORY_SQLITE.fullmatch(url.strip()):
-        raise click.BadParameter(f"{url!r} is an in-memory database, gone when the command "
-                                 "ends; expected a file, e.g. sqlite:///tune.db", ctx, param)
-    ctx.obj = Database(url)
-
-
-def _existing(db):
-    """The database of a command that only reads it. Opening a SQLite file that is not there
-    would create an empty one (a mistyped --db would seem to work): UserError instead."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        url = make_url(db.url)
-    except ArgumentError:
-        return db  # opening it says what is wrong
-    if url.get_backend_name() == "sqlite" and url.database:
-        path = url.database
-        if url.query.get("uri") == "true" or path.startswith("file:"):
-            path = path.removeprefix("file:").split("?")[0]
-        if not os.path.exists(path):
-            raise UserError(f"no database at {path} (--db {db.url}); `tune run` creates one")
-    return db
+def _use_db(create: bool):
+    """A --db callback putting the command's database, unopened, on the context for the
+    command to take; `create`: the command may create it (tuner.db.database.Database)."""
+    def use(ctx: click.Context, param, url: str | None) -> None:
+        from tuner.db.database import Database
+        from tuner.db.urls import masked_url
+        if url is not None and not url.strip():
+            raise click.BadParameter("expected a database URL such as sqlite:///tune.db, "
+                                     "got ''", ctx, param)
+        if url is not None and _IN_MEMORY_SQLITE.fullmatch(url.strip()):
+            raise click.BadParameter(f"{masked_url(url)!r} is an in-memory database, gone when "
+                                     "the command ends; expected a file, e.g. sqlite:///tune.db",
+                                     ctx, param)
+        from tuner.db.session import DatabaseError, parse_url
+        try:
+            if url is not None:
+                parse_url(url)
+        except DatabaseError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+        ctx.obj = Database(url, create)
+    return use
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -68,13 +60,36 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+class OutputPath(click.Path):
+    """A file the command writes, checked when parsed, before any work: one that could not
+    be written (tuner.formats.files.check_writable) fails as the write would, exit 1."""
+
+    def __init__(self):
+        super().__init__(dir_okay=False)
+
+    def convert(self, value, param, ctx):
+        from tuner.formats.files import OutputError, check_writable
+        path = super().convert(value, param, ctx)
+        try:
+            check_writable(path)
+        except OutputError as e:
+            raise click.ClickException(str(e)) from None
+        return path
+
+
+OUTPUT_PATH = OutputPath()
 # Seeds numpy and Optuna's samplers take.
 SEED_TYPE = click.IntRange(min=0, max=2**32 - 1)
 
 
-db_option = click.option(
-    "--db", "db_url", envvar="TUNE_DB", default=None, metavar="URL", expose_value=False,
-    callback=_use_db, help="SQLAlchemy database URL [default: sqlite:///tune.db; env: TUNE_DB].")
+def _db_option(create: bool):
+    return click.option(
+        "--db", "db_url", envvar="TUNE_DB", default=None, metavar="URL", expose_value=False,
+        callback=_use_db(create),
+        help="SQLAlchemy database URL [default: sqlite:///tune.db; env: TUNE_DB].")
+
+
+db_option = _db_option(create=False)  # commands that read: an existing database of ours
 device_option = click.option(
     "--device", "device_selector", default=None, metavar="NAME",
     help="Which device's winners (part of its name, or a fingerprint prefix); needed only "
@@ -121,11 +136,13 @@ def _database_refusal(error: BaseException) -> str | None:
     while error is not None and seen < 8:
         if any(c.__module__ == "sqlalchemy.exc" and c.__name__ == "OperationalError"
                for c in type(error).__mro__):
+            from tuner.db.urls import masked_message
             first = str(getattr(error, "orig", None) or error).splitlines()[0]
             ctx = click.get_current_context(silent=True)
-            url = getattr(getattr(ctx, "obj", None), "url", None)
-            where = f"database {_shown_url(url)}" if url else "the database"
-            return f"{where}: {first}"
+            db = getattr(ctx, "obj", None)
+            if db is None:
+                return f"the database: {first}"
+            return f"database {db.shown_url}: {masked_message(first, db.url)}"
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
 
@@ -162,9 +179,9 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
               help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
               help="Trials per study (one study per bucketed key).")
-@click.option("--timeout", "timeout_s", default=None,
-              type=FiniteFloatRange(min=0, min_open=True),
-              help="Seconds per study, at most.")
+@click.option("--timeout", "timeout_s", default=None, type=FiniteFloatRange(min=1),
+              help="Seconds per study, at most; at least 1 (a study stopped before its first "
+                   "configs were measured would have nothing to show).")
 @click.option("--patience", default=24, show_default=True, type=click.IntRange(min=1),
               help="Stop a study after this many trials in a row without a 0.5% gain "
                    "(replayed on an H200 recording with `tune replay`: 20% fewer trials "
@@ -174,7 +191,7 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
                    "neighbours, one parameter at a time (0: none).")
 @click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
               help="Seed of the sampler and inputs.")
-@db_option
+@_db_option(create=True)
 @click.option("--retune", is_flag=True, help="Tune keys again even if already tuned.")
 @backend_option
 @click.option("--devices", "devices_text", default=None, metavar="0,1,...",
@@ -233,7 +250,7 @@ def run(db, shapes_path, m_text, space_paths, trials, timeout_s, patience, polis
                    "GPU, else an H100 SXM].")
 @click.option("--format", "fmt", type=click.Choice(["expand", "table"]), default="table",
               show_default=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", required=True, type=OUTPUT_PATH,
               help="File to write (replaced atomically).")
 @one_line_errors
 def suggest(shapes_path, space_paths, device_name, fmt, output):
@@ -254,7 +271,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
               help="A recording (gzipped JSON) to replay, instead of reading --db.")
 @db_option
 @device_option
-@click.option("--save-recording", type=click.Path(dir_okay=False),
+@click.option("--save-recording", type=OUTPUT_PATH,
               help="Also write the recording read from --db to this file.")
 @click.option("--strategies", default="random,tpe,tpe-multivariate,gp,model,model+tpe,"
               "model+tpe-multivariate,model+gp", show_default=True,
@@ -265,7 +282,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
               help="Configs in flight per study, as `tune run --batch`.")
 @click.option("--jobs", default=os.cpu_count() or 1, show_default="CPU cores",
               type=click.IntRange(min=1), help="Processes replaying in parallel.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+@click.option("--plot", "plot_path", type=OUTPUT_PATH,
               help="Draw the median curves to this PNG (needs matplotlib).")
 @click.pass_obj
 @one_line_errors
@@ -281,7 +298,7 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
             raise click.BadParameter(f"unknown strategy {name!r}: choose from "
                                      f"{', '.join(STRATEGIES)}", param_hint="--strategies")
         chosen.append(STRATEGIES[name])
-    replay_strategies(db if recording_path else _existing(db), recording_path,
+    replay_strategies(db, recording_path,
                       device_selector, save_recording, chosen, seeds, trials, in_flight, jobs,
                       plot_path, click.echo, STDERR)
 
@@ -326,7 +343,7 @@ class ExportGroup(click.Group):
         return super().parse_args(ctx, [name, *rest])
 
 
-output_option = click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+output_option = click.option("-o", "--output", required=True, type=OUTPUT_PATH,
                              help="File to write (replaced atomically).")
 
 
@@ -384,7 +401,7 @@ def export_table(db, output, device_selector, exact, launch, merge):
     from tuner.export import writers
     from tuner.export.picks import Selection
 
-    writers.export_table(_existing(db).store, output, Selection(device_selector, exact, launch),
+    writers.export_table(db.store, output, Selection(device_selector, exact, launch),
                          merge, STDERR)
 
 
@@ -460,23 +477,8 @@ def _write_flaggems(db, fmt: str, output: str, table_path: str | None, selection
     if table_path is not None:
         export_table_file(table_path, fmt, output, options, STDERR)
     else:
-        export_device_file(_existing(db).store, fmt, output, selection, options,
-                           _safe_url(db.url), STDERR)
-
-
-def _shown_url(url: str) -> str:
-    """A database URL for a message: as given, unless it holds a password."""
-    from sqlalchemy.engine import make_url
-    try:
-        return _safe_url(url) if make_url(url).password else url
-    except Exception:  # not a URL SQLAlchemy parses: it has no password to hide
-        return url
-
-
-def _safe_url(url: str) -> str:
-    """A database URL with its password hidden, for a file's header."""
-    from sqlalchemy.engine import make_url
-    return make_url(url).render_as_string(hide_password=True)
+        export_device_file(db.store, fmt, output, selection, options,
+                           db.shown_url, STDERR)
 
 
 @main.command()
@@ -493,7 +495,7 @@ def show(db, device_selector, failures):
 
     from tuner.reports import show_table
 
-    Console().print(show_table(_existing(db).store, device_selector, failures, STDERR))
+    Console().print(show_table(db.store, device_selector, failures, STDERR))
 
 
 @main.command()
@@ -540,10 +542,10 @@ def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, back
               help="Hold-out CSV: shapes the table was not tuned on.")
 @click.option("--trials", default=24, show_default=True, type=click.IntRange(min=1),
               help="Trials of each hold-out shape's fresh tune (the reference).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=OUTPUT_PATH,
               help="Also write the report here (replaced atomically).")
 @click.option("--db", "db_url", envvar="TUNE_VALIDATE_DB", default="sqlite:///validate.db",
-              show_default=True, metavar="URL", expose_value=False, callback=_use_db,
+              show_default=True, metavar="URL", expose_value=False, callback=_use_db(create=True),
               help="Where the fresh tunes go [env: TUNE_VALIDATE_DB]; not the tuning database "
                    "(nor TUNE_DB), so the hold-out winners never reach a later export.")
 @click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
@@ -604,6 +606,6 @@ def db_upgrade(db):
     a database written by a newer gemm-tuner is refused."""
     from tuner.db.database import upgrade_database
 
-    before, head = upgrade_database(_existing(db).url)
+    before, head = upgrade_database(db.url)
     state = "already current" if before == head else "upgraded"
-    STDERR.note(f"database {_shown_url(db.url)}: schema at revision {head} ({state})")
+    STDERR.note(f"database {db.shown_url}: schema at revision {head} ({state})")

@@ -62,6 +62,12 @@ def head_revision() -> str:
     return _scripts().get_current_head()
 
 
+def baseline_tables() -> dict:
+    """The tables of the first revision (the schema before versioning), by name: what a
+    database written before versioning holds (tuner.db.ownership)."""
+    return dict(_scripts().get_revision("0001").module.schema().tables)
+
+
 def current_revision(conn) -> str | None:
     """The revision a database is at (None: unversioned, or empty)."""
     from alembic.migration import MigrationContext

@@ -40,13 +40,22 @@ class Selection:
     launch: str | None = None
 
 
-def select_device(winners: list[Winner], selector: str | None) -> tuple[Device, list[Winner]]:
-    """The one device whose winners to export: the only one, or the one --device names."""
+def select_device(winners: list[Winner], selector: str | None,
+                  stale: int = 0) -> tuple[Device, list[Winner]]:
+    """The one device whose winners to export: the only one, or the one --device names.
+    `stale`: how many winners were left out as measured with older kernel source (said when
+    none is left)."""
     devices = {w.device.id: w.device for w in winners
                if device_matches(w.device.name, w.device.fingerprint, selector)}
     if not devices:
-        raise ExportError("no winners in the database" + (
-            f" for device {selector!r}" if selector else "; run `tune run` first"))
+        device = f" for device {selector!r}" if selector else ""
+        if stale:
+            raise ExportError(
+                f"no winners measured with this gemm-tuner's kernel source{device}: the "
+                f"database holds {stale} winners measured with older kernel source, left out "
+                "since the kernels changed; re-tune their shapes with `tune run --shapes ...`")
+        raise ExportError(f"no winners in the database{device}" + (
+            "" if selector else "; run `tune run` first"))
     if len(devices) > 1:
         listed = "; ".join(f"{d.name} [{d.fingerprint}]" for d in devices.values())
         raise ExportError(f"winners from {len(devices)} devices ({listed}); choose one with "
@@ -251,9 +260,9 @@ def current_device_winners(store: Store, selector: str | None,
     from tuner.kernels import source_hashes
 
     winners, stale = current_only(store.winners(with_trials=True), source_hashes())
-    if stale:
+    if stale and winners:
         reporter.note(f"note: {stale} winners measured with older kernel source left out")
-    return select_device(winners, selector)
+    return select_device(winners, selector, stale)
 
 
 def chosen_picks(store: Store, selection: Selection, reporter: Reporter = STDERR
