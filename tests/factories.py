@@ -1,7 +1,12 @@
 """Values several test modules build on."""
+import os
+
 import optuna
+import pytest
+from click.testing import CliRunner
 from optuna.trial import TrialState
 
+from tuner.cli import main
 from tuner.db.optuna_storage import tuner_study_id
 from tuner.devices import DeviceInfo
 from tuner.kernels import kernel_variants
@@ -37,3 +42,21 @@ def told_and_objective(storage_url: str, study, trials, launch: str) -> tuple[di
                  call_tflops(study.shape.flops, t, launch) if t.status == "ok" else 0.0
                  for t in trials}
     return told, objective
+
+
+# -- the command line, run in-process ----------------------------------------------------------
+INTERPRETER = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="interpreter CLI tests run on CPU-only machines")
+ONE_SHAPE = "M,N,K,dtype\n40,48,64,bf16\n"
+
+
+def tune(*args, env=None):
+    """`tune ARGS...` in-process; its result (exit code, output) to assert on."""
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
+
+
+def error_line(result) -> str:
+    """The one 'Error: ...' line of a refused command (click's usage lines aside)."""
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]

@@ -1,41 +1,21 @@
 """The database as a careless or hostile user meets it: a password never printed or stored,
 another application's database never touched, nothing created by a command that only reads,
 and one line for what cannot be opened or found."""
-import os
 import sqlite3
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from tests.factories import INTERPRETER, error_line, tune
 from tests.test_store_export import H100, SQUARE, config, ok, tune_fake
-from tuner.cli import main
 from tuner.db.database import Database
 from tuner.db.session import DatabaseError, session_factory
 from tuner.db.store import Store
 from tuner.db.urls import masked_command, masked_url
 
 SECRET = "S3cr3tPW"
-INTERPRETER = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                 reason="interpreter CLI tests run on CPU-only machines")
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TUNE_DB", raising=False)
-    (tmp_path / "s.csv").write_text("M,N,K,dtype\n40,48,64,bf16\n")
-    return tmp_path
-
-
-def tune(*args, env=None):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
-
-
-def error_line(result) -> str:
-    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 def listing(folder: Path) -> dict[str, bytes]:
@@ -62,16 +42,16 @@ def listing(folder: Path) -> dict[str, bytes]:
 ])
 @pytest.mark.parametrize("command", [["show"], ["export", "table", "-o", "t.yaml"],
                                      ["db", "upgrade"]])
-def test_a_url_that_cannot_be_opened_never_shows_its_password(workdir, url, code, words,
+def test_a_url_that_cannot_be_opened_never_shows_its_password(shapes_dir, url, code, words,
                                                               command):
     for result in (tune(*command, "--db", url), tune(*command, env={"TUNE_DB": url})):
         assert result.exit_code == code
         assert error_line(result).startswith(words)
         assert SECRET not in result.output
-    assert listing(workdir).keys() == {"s.csv"}
+    assert listing(shapes_dir).keys() == {"s.csv"}
 
 
-def test_a_connection_failure_never_shows_its_password(workdir):
+def test_a_connection_failure_never_shows_its_password(shapes_dir):
     pytest.importorskip("psycopg")
     for url in (f"postgresql+psycopg://u:{SECRET}@127.0.0.1:1/db",
                 f"postgresql+psycopg://u@127.0.0.1:1/db?password={SECRET}"):
@@ -123,42 +103,42 @@ READERS = [["show"], ["show", "--failures"], ["export", "table", "-o", "t.yaml"]
 @INTERPRETER
 @pytest.mark.parametrize("command", READERS + [
     ["run", "--shapes", "s.csv", "--backend", "interpret", "--trials", "1"]])
-def test_another_applications_database_is_refused_unchanged(workdir, command):
-    foreign_database(workdir / "app.db")
-    before = listing(workdir)
+def test_another_applications_database_is_refused_unchanged(shapes_dir, command):
+    foreign_database(shapes_dir / "app.db")
+    before = listing(shapes_dir)
     result = tune(*command, "--db", "sqlite:///app.db")
     assert result.exit_code == 1
     assert error_line(result) == (
         "Error: app.db is not a gemm-tuner database: it holds users, neither gemm-tuner's nor "
         "Optuna's; refusing to open it (nothing changed)")
-    assert listing(workdir) == before  # byte for byte, and no lock, WAL or output file
+    assert listing(shapes_dir) == before  # byte for byte, and no lock, WAL or output file
 
 
-def test_our_table_names_with_other_columns_are_refused(workdir):
-    with sqlite3.connect(workdir / "app.db") as conn:
+def test_our_table_names_with_other_columns_are_refused(shapes_dir):
+    with sqlite3.connect(shapes_dir / "app.db") as conn:
         conn.execute("CREATE TABLE tuner_trials (id INTEGER PRIMARY KEY, score REAL)")
     conn.close()
-    before = listing(workdir)
+    before = listing(shapes_dir)
     with pytest.raises(DatabaseError, match="its table tuner_trials lacks gemm-tuner's columns"):
         Database("sqlite:///app.db", create=True).store  # noqa: B018
-    assert listing(workdir) == before
+    assert listing(shapes_dir) == before
 
 
-def test_a_file_that_is_not_sqlite_is_refused_unchanged(workdir):
-    (workdir / "notes.db").write_text("remember the milk\n" * 100)
-    before = listing(workdir)
+def test_a_file_that_is_not_sqlite_is_refused_unchanged(shapes_dir):
+    (shapes_dir / "notes.db").write_text("remember the milk\n" * 100)
+    before = listing(shapes_dir)
     result = tune("show", "--db", "sqlite:///notes.db")
     assert result.exit_code == 1
     assert error_line(result).startswith("Error: notes.db is not a SQLite database")
     with pytest.raises(DatabaseError, match="not a SQLite database"):
         Database("sqlite:///notes.db", create=True).store  # noqa: B018
-    assert listing(workdir) == before
+    assert listing(shapes_dir) == before
 
 
 @INTERPRETER
 @pytest.mark.parametrize("command", READERS)
-def test_readers_open_no_empty_or_missing_file(workdir, command):
-    (workdir / "empty.db").touch()
+def test_readers_open_no_empty_or_missing_file(shapes_dir, command):
+    (shapes_dir / "empty.db").touch()
     result = tune(*command, "--db", "sqlite:///empty.db")
     assert result.exit_code == 1
     assert error_line(result) == ("Error: empty.db is an empty file, not a gemm-tuner "
@@ -167,33 +147,33 @@ def test_readers_open_no_empty_or_missing_file(workdir, command):
     assert result.exit_code == 1
     assert error_line(result) == ("Error: no database at missing.db (--db sqlite:///missing.db); "
                                   "`tune run` creates one")
-    assert listing(workdir) == {"empty.db": b"", "s.csv": b"M,N,K,dtype\n40,48,64,bf16\n"}
+    assert listing(shapes_dir) == {"empty.db": b"", "s.csv": b"M,N,K,dtype\n40,48,64,bf16\n"}
 
 
-def test_readers_refuse_a_sqlite_database_without_our_tables(workdir):
-    with sqlite3.connect(workdir / "optuna.db") as conn:
+def test_readers_refuse_a_sqlite_database_without_our_tables(shapes_dir):
+    with sqlite3.connect(shapes_dir / "optuna.db") as conn:
         conn.execute("CREATE TABLE studies (study_id INTEGER PRIMARY KEY)")
     conn.close()
-    before = listing(workdir)
+    before = listing(shapes_dir)
     result = tune("show", "--db", "sqlite:///optuna.db")
     assert result.exit_code == 1
     assert error_line(result) == ("Error: optuna.db holds no gemm-tuner tables; `tune run` "
                                   "creates them")
-    assert listing(workdir) == before
+    assert listing(shapes_dir) == before
 
 
-def test_a_tuning_command_initialises_a_new_or_empty_file(workdir):
-    (workdir / "empty.db").touch()
+def test_a_tuning_command_initialises_a_new_or_empty_file(shapes_dir):
+    (shapes_dir / "empty.db").touch()
     for name in ("empty.db", "new.db"):
         store = Database(f"sqlite:///{name}", create=True).store
         assert store.winners() == []
-        assert (workdir / name).stat().st_size > 0
+        assert (shapes_dir / name).stat().st_size > 0
 
 
-def test_a_newer_optuna_schema_is_one_line(workdir):
-    url = f"sqlite:///{workdir / 'tune.db'}"
+def test_a_newer_optuna_schema_is_one_line(shapes_dir):
+    url = f"sqlite:///{shapes_dir / 'tune.db'}"
     Database(url, create=True).optuna_storage  # noqa: B018
-    with sqlite3.connect(workdir / "tune.db") as conn:
+    with sqlite3.connect(shapes_dir / "tune.db") as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'v99.0.0.a'")
         conn.execute("UPDATE version_info SET library_version = '99.0.0'")
     conn.close()
@@ -205,9 +185,9 @@ def test_a_newer_optuna_schema_is_one_line(workdir):
 
 
 @INTERPRETER
-def test_run_on_a_newer_optuna_schema_is_one_line(workdir):
+def test_run_on_a_newer_optuna_schema_is_one_line(shapes_dir):
     Database("sqlite:///tune.db", create=True).optuna_storage  # noqa: B018
-    with sqlite3.connect(workdir / "tune.db") as conn:
+    with sqlite3.connect(shapes_dir / "tune.db") as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'v99.0.0.a'")
     conn.close()
     result = tune("run", "--shapes", "s.csv", "--backend", "interpret", "--jobs", "1")
@@ -216,15 +196,15 @@ def test_run_on_a_newer_optuna_schema_is_one_line(workdir):
 
 
 # -- messages that mislead --------------------------------------------------------------------
-def test_a_timeout_too_short_to_measure_anything_is_a_usage_error(workdir):
+def test_a_timeout_too_short_to_measure_anything_is_a_usage_error(shapes_dir):
     result = tune("run", "--shapes", "s.csv", "--backend", "interpret", "--timeout", "1e-9")
     assert result.exit_code == 2
     assert error_line(result) == "Error: Invalid value for '--timeout': 1e-09 is not in the " \
                                  "range x>=1."
-    assert listing(workdir).keys() == {"s.csv"}
+    assert listing(shapes_dir).keys() == {"s.csv"}
 
 
-def test_winners_of_older_kernel_source_are_named_not_denied(workdir):
+def test_winners_of_older_kernel_source_are_named_not_denied(shapes_dir):
     store = Store(session_factory("sqlite:///tune.db"))
     tune_fake(store, H100, SQUARE, [(config(128, 256, 64), ok(0.19, 720.0))],
               kernel_hash="older")
@@ -235,4 +215,4 @@ def test_winners_of_older_kernel_source_are_named_not_denied(workdir):
             "Error: no winners measured with this gemm-tuner's kernel source: the database "
             "holds 1 winners measured with older kernel source, left out since the kernels "
             "changed; re-tune their shapes with `tune run --shapes ...`")
-    assert not (workdir / "t.yaml").exists()
+    assert not (shapes_dir / "t.yaml").exists()

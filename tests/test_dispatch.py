@@ -21,20 +21,7 @@ from tuner.kernels.cublas import TorchCalls
 from tuner.runtime import dispatch
 from tuner.shapes import LAYOUTS, Shape
 
-
-@pytest.fixture(autouse=True)
-def no_table(monkeypatch):
-    """No $TUNE_CONFIG, and the runtime's best Triton answer (cuBLAS left out, so these tests
-    exercise our kernels): every untuned key gets the kernel's default config (warnings
-    silenced)."""
-    monkeypatch.delenv("TUNE_CONFIG", raising=False)
-    monkeypatch.setattr(dispatch, "get_tuned_config", lambda op, **key:
-                        runtime.get_tuned_config_without(("cublas",), op, **key))
-    dispatch.clear_cache()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
-    dispatch.clear_cache()
+pytestmark = pytest.mark.usefixtures("triton_answers")
 
 
 def test_an_untuned_key_goes_to_torch_and_repeats_call_it_directly(monkeypatch):

@@ -1,12 +1,9 @@
 """Shapes CSV and search-space YAML: good files load, bad ones fail with file, line and field."""
-import os
 
 import pytest
-from click.testing import CliRunner
 
-from tests.factories import VARIANTS
+from tests.factories import INTERPRETER, VARIANTS, error_line, tune
 from tuner.bucketing.strategies import KEY_FIELDS
-from tuner.cli import main
 from tuner.shapes import Shape, ShapesError, load_shapes
 from tuner.space import SpaceError, load_space, parse_space
 
@@ -200,29 +197,6 @@ def test_conditional_space_draws_only_the_chosen_variants_parameters(tmp_path):
 
 
 # -- the command line: every bad flag or file is one line, and nothing is written -----------
-INTERPRETER = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                 reason="interpreter CLI tests run on CPU-only machines")
-ONE_SHAPE = "M,N,K,dtype\n40,48,64,bf16\n"
-
-
-@pytest.fixture
-def empty_dir(tmp_path, monkeypatch):
-    """A working folder holding only a shapes CSV, with no TUNE_DB set."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TUNE_DB", raising=False)
-    (tmp_path / "s.csv").write_text(ONE_SHAPE)
-    return tmp_path
-
-
-def tune(*args):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def error_line(result) -> str:
-    """The one 'Error: ...' line of a refused command (click's usage lines aside)."""
-    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -235,47 +209,47 @@ def error_line(result) -> str:
                             "command ends; expected a file"),
     (["--db", "sqlite:///:memory:"], "'sqlite:///:memory:' is an in-memory database"),
 ])
-def test_bad_run_flags_are_usage_errors(empty_dir, args, words):
+def test_bad_run_flags_are_usage_errors(shapes_dir, args, words):
     result = tune("run", "--shapes", "s.csv", "--backend", "interpret", *args)
     assert result.exit_code == 2 and words in error_line(result)
-    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
+    assert sorted(p.name for p in shapes_dir.iterdir()) == ["s.csv"]
 
 
 @pytest.mark.parametrize("args", [["show"], ["show", "--failures"],
                                   ["export", "table", "-o", "x.yaml"], ["replay"]])
-def test_read_only_commands_never_create_a_database(empty_dir, args):
+def test_read_only_commands_never_create_a_database(shapes_dir, args):
     result = tune(*args)
     assert result.exit_code == 1
     assert error_line(result) == ("Error: no database at tune.db (--db sqlite:///tune.db); "
                                   "`tune run` creates one")
-    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
-    result = tune(*args, "--db", f"sqlite:///{empty_dir / 'typo.db'}")
-    assert f"no database at {empty_dir / 'typo.db'}" in error_line(result)
-    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
+    assert sorted(p.name for p in shapes_dir.iterdir()) == ["s.csv"]
+    result = tune(*args, "--db", f"sqlite:///{shapes_dir / 'typo.db'}")
+    assert f"no database at {shapes_dir / 'typo.db'}" in error_line(result)
+    assert sorted(p.name for p in shapes_dir.iterdir()) == ["s.csv"]
 
 
-def test_show_failures_with_none_is_no_error(empty_dir):
+def test_show_failures_with_none_is_no_error(shapes_dir):
     from tuner.db.session import session_factory
     from tuner.db.store import Store
 
-    Store(session_factory(f"sqlite:///{empty_dir / 'tune.db'}"))  # an empty database
+    Store(session_factory(f"sqlite:///{shapes_dir / 'tune.db'}"))  # an empty database
     result = tune("show", "--failures")
     assert result.exit_code == 0 and result.output.strip() == "no remembered failures"
 
 
-def test_suggest_refuses_a_device_the_model_does_not_know(empty_dir):
+def test_suggest_refuses_a_device_the_model_does_not_know(shapes_dir):
     result = tune("suggest", "--shapes", "s.csv", "--device", "Bogus GPU", "-o", "o.yaml")
     assert result.exit_code == 2
     assert error_line(result) == (
         "Error: Invalid value for '--device': no model of a GPU named 'Bogus GPU'; expected a "
         "name containing one of H200 NVL, H200, H100 NVL, H100 PCIe, H100, A100 (e.g. "
         "'NVIDIA H200')")
-    assert not (empty_dir / "o.yaml").exists()
+    assert not (shapes_dir / "o.yaml").exists()
 
 
 @pytest.mark.slow
-def test_an_output_that_cannot_be_written_is_one_line(empty_dir):
-    (empty_dir / "file").write_text("")
+def test_an_output_that_cannot_be_written_is_one_line(shapes_dir):
+    (shapes_dir / "file").write_text("")
     result = tune("suggest", "--shapes", "s.csv", "-o", "file/o.yaml")
     assert result.exit_code == 1
     assert error_line(result) == "Error: cannot write file/o.yaml: file is not a folder"
@@ -283,35 +257,35 @@ def test_an_output_that_cannot_be_written_is_one_line(empty_dir):
     result = tune("export", "expand", "--table", "t.yaml", "-o", "file/x.yaml")
     assert result.exit_code == 1
     assert error_line(result) == "Error: cannot write file/x.yaml: file is not a folder"
-    assert not (empty_dir / "tune.db").exists()
+    assert not (shapes_dir / "tune.db").exists()
 
 
-def test_export_from_a_malformed_table_file_is_one_line(empty_dir):
-    (empty_dir / "bad.yaml").write_text("format: [\n")
+def test_export_from_a_malformed_table_file_is_one_line(shapes_dir):
+    (shapes_dir / "bad.yaml").write_text("format: [\n")
     result = tune("export", "expand", "--table", "bad.yaml", "-o", "out.yaml")
     assert result.exit_code == 1
     assert error_line(result) == ("Error: gemm-tuner table bad.yaml:2: not valid YAML (expected "
                                   "the node content, but found '<stream end>')")
-    assert sorted(p.name for p in empty_dir.iterdir()) == ["bad.yaml", "s.csv"]
+    assert sorted(p.name for p in shapes_dir.iterdir()) == ["bad.yaml", "s.csv"]
 
 
 @INTERPRETER
-def test_validate_with_a_file_that_is_no_table(empty_dir):
+def test_validate_with_a_file_that_is_no_table(shapes_dir):
     result = tune("validate", "--config", "s.csv", "--shapes", "s.csv", "--backend",
                   "interpret")
     assert result.exit_code == 1
     assert error_line(result) == ("Error: gemm-tuner table s.csv: not a 'gemm-tuner-table/2' "
                                   "file (write one with `tune export table`)")
-    assert sorted(p.name for p in empty_dir.iterdir()) == ["s.csv"]
+    assert sorted(p.name for p in shapes_dir.iterdir()) == ["s.csv"]
 
 
 @INTERPRETER
-def test_a_read_only_database_is_one_line(empty_dir):
+def test_a_read_only_database_is_one_line(shapes_dir):
     from tuner.db.session import session_factory
     from tuner.db.store import Store
 
-    Store(session_factory(f"sqlite:///{empty_dir / 'ro.db'}"))
-    url = f"sqlite:///file:{empty_dir / 'ro.db'}?mode=ro&uri=true"
+    Store(session_factory(f"sqlite:///{shapes_dir / 'ro.db'}"))
+    url = f"sqlite:///file:{shapes_dir / 'ro.db'}?mode=ro&uri=true"
     result = tune("run", "--shapes", "s.csv", "--backend", "interpret", "--jobs", "1",
                   "--trials", "1", "--db", url)
     assert result.exit_code == 1

@@ -4,7 +4,6 @@ dispatcher, and that every other call goes to torch unchanged.
 The routing is tested on CPU (devices=("cpu",)); the kernels run in Triton's interpreter, as
 in test_dispatch.py. Each dispatcher call is counted by a counting `tuner.fronts.front`.
 """
-import warnings
 from collections import Counter
 
 import pytest
@@ -20,18 +19,10 @@ CPU = ("cpu",)
 
 
 @pytest.fixture(autouse=True)
-def triton_answers(monkeypatch):
-    """No table, and the runtime's best Triton answer (cuBLAS left out, so routed calls run
-    our kernels; warnings silenced); routing off after each test."""
-    monkeypatch.delenv("TUNE_CONFIG", raising=False)
-    monkeypatch.setattr(dispatch, "get_tuned_config", lambda op, **key:
-                        runtime.get_tuned_config_without(("cublas",), op, **key))
-    dispatch.clear_cache()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
+def routing_off(triton_answers):
+    """Our kernels answer (conftest's triton_answers); routing off after each test."""
+    yield
     tuner.disable()
-    dispatch.clear_cache()
 
 
 @pytest.fixture

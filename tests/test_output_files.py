@@ -7,31 +7,9 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
 
-from tuner.cli import main
+from tests.factories import INTERPRETER, error_line, tune
 from tuner.formats.files import STALE_AFTER_S, check_writable, write_text_atomic
-
-INTERPRETER = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                 reason="interpreter CLI tests run on CPU-only machines")
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TUNE_DB", raising=False)
-    (tmp_path / "s.csv").write_text("M,N,K,dtype\n40,48,64,bf16\n")
-    return tmp_path
-
-
-def tune(*args, env=None):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
-
-
-def error_line(result) -> str:
-    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 def listing(folder):
@@ -40,16 +18,16 @@ def listing(folder):
 
 # -- outputs ----------------------------------------------------------------------------------
 @INTERPRETER
-def test_validate_checks_its_output_before_tuning(workdir):
-    (workdir / "file").write_text("")
-    (workdir / "t.yaml").write_text("format: gemm-tuner-table/2\n")
-    before = listing(workdir)
+def test_validate_checks_its_output_before_tuning(shapes_dir):
+    (shapes_dir / "file").write_text("")
+    (shapes_dir / "t.yaml").write_text("format: gemm-tuner-table/2\n")
+    before = listing(shapes_dir)
     result = tune("validate", "--config", "t.yaml", "--shapes", "s.csv", "--backend",
                   "interpret", "-o", "file/report.md")
     assert result.exit_code == 1
     assert error_line(result) == "Error: cannot write file/report.md: file is not a folder"
-    assert listing(workdir) == before  # no validate.db: nothing was tuned
-    (workdir / "folder").mkdir()
+    assert listing(shapes_dir) == before  # no validate.db: nothing was tuned
+    (shapes_dir / "folder").mkdir()
     result = tune("export", "table", "-o", "folder")
     assert result.exit_code == 2 and "is a directory" in error_line(result)
 
