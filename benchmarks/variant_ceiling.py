@@ -1,0 +1,62 @@
+"""The best measured config of each variant per study, against cuBLAS timed in the same study:
+after an exhaustive run over a narrow space, the kernels' own ceiling on those shapes.
+
+    # on the GPU
+    tune run --shapes benchmarks/shapes/midsize-probe.csv \
+        --space benchmarks/spaces/midsize-probe.yaml --exhaustive --db sqlite:///probe.db
+    # anywhere
+    python benchmarks/variant_ceiling.py --db sqlite:///probe.db > ceiling.md
+"""
+from __future__ import annotations
+
+import argparse
+
+from sqlalchemy import select
+
+from tuner.db.models import Device, Study, Trial
+from tuner.db.session import session_factory
+from tuner.statuses import TrialStatus
+
+
+def best_per_variant(trials: list[Trial]) -> dict[str, Trial]:
+    """Each variant's fastest correct trial by device time (p50)."""
+    best: dict[str, Trial] = {}
+    for trial in trials:
+        variant = trial.params["variant"]
+        if trial.status is TrialStatus.OK and (
+                variant not in best or trial.p50_ms < best[variant].p50_ms):
+            best[variant] = trial
+    return best
+
+
+def tile(params: dict) -> str:
+    shown = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps",
+             "WARP_SPECIALIZE", "EPILOGUE_SUBTILE", "SK_FULL_WAVES")
+    return " ".join(f"{name}={params[name]}" for name in shown if name in params)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="SQLAlchemy URL of the tuning database")
+    args = parser.parse_args()
+    with session_factory(args.db, create=False)() as session:
+        studies = session.scalars(select(Study).order_by(Study.id)).all()
+        devices = {d.id: d.name for d in session.scalars(select(Device))}
+        print(f"Device: {', '.join(sorted(set(devices.values())))}\n")
+        print("| shape | variant | configs timed | best µs | cuBLAS / best | config |")
+        print("|---|---|---|---|---|---|")
+        for study in studies:
+            trials = list(study.trials)
+            best = best_per_variant(trials)
+            cublas = best.get("cublas")
+            shape = f"{study.shape_M}x{study.shape_N}x{study.shape_K} {study.dtype} " \
+                    f"{study.shape_layout}"
+            for variant, trial in sorted(best.items(), key=lambda item: item[1].p50_ms):
+                timed = sum(t.params["variant"] == variant for t in trials)
+                ratio = f"{cublas.p50_ms / trial.p50_ms:.3f}" if cublas else "–"
+                print(f"| {shape} | {variant} | {timed} | {trial.p50_ms * 1e3:.1f} | {ratio} "
+                      f"| {tile(trial.params)} |")
+
+
+if __name__ == "__main__":
+    main()
