@@ -78,7 +78,8 @@ COLUMNS = ("stock", "ours", "stock-graph", "ours-graph", "max-autotune")
 CUDA_ONLY_COLUMNS = frozenset({"stock-graph", "ours-graph", "max-autotune"})
 # (contender, its baseline, ratio label): the ratios the tables show, contender over baseline.
 RATIOS = (("ours", "stock", "eager"), ("ours-graph", "stock-graph", "graphed"),
-          ("ours-graph", "max-autotune", "ours graphed / max-autotune"))
+          ("ours-graph", "max-autotune", "ours graphed / max-autotune"),
+          ("max-autotune", "stock", "max-autotune / stock eager"))
 # The issue's goals for the decode rows: (case, contender, baseline, least ratio).
 DECODE_GOALS = (("decode b1", "ours-graph", "stock-graph", 1.12),
                 ("decode b1", "ours", "stock", 1.10),
@@ -352,8 +353,10 @@ def measure_case(model, case: Case, index: int, columns: list[str], reference: t
 
 # -- results: merged runs, the markdown -------------------------------------------------------
 def table_setup(args) -> dict:
-    """What every run merged into one results file must share."""
+    """What every run merged into one results file must share: the device, the model, the
+    library versions and the table."""
     return {"device": device_name(args.device), "model": model_description(args),
+            "versions": versions(),
             "table_sha256": hashlib.sha256(Path(args.table).read_bytes()).hexdigest()}
 
 
@@ -400,13 +403,18 @@ def latest(runs: list[dict], label: str, *columns: str) -> dict | None:
     return None
 
 
-def ratio(runs: list[dict], label: str, contender: str, baseline: str) -> float | None:
-    """tokens/s of `contender` over `baseline`'s, both from one run (the latest with both)."""
-    row = latest(runs, label, contender, baseline)
-    if row is None:
-        return None
+def speedup(row: dict, contender: str, baseline: str) -> float | None:
+    """tokens/s of `contender` over `baseline`'s in one run's row (None: not both there)."""
     figures = row["contenders"]
+    if contender not in figures or baseline not in figures:
+        return None
     return figures[baseline]["median_s"] / figures[contender]["median_s"]
+
+
+def ratio(runs: list[dict], label: str, contender: str, baseline: str) -> float | None:
+    """speedup of `contender` over `baseline` in the latest run that measured both."""
+    row = latest(runs, label, contender, baseline)
+    return None if row is None else speedup(row, contender, baseline)
 
 
 def cell(value: float | None, form: str) -> str:
@@ -424,120 +432,105 @@ def within_tolerance(errors: dict, stock: dict) -> bool:
     return errors["max_abs_vs_fp32"] <= TOLERANCE_FACTOR * stock["max_abs_vs_fp32"]
 
 
-def timing_tables(runs: list[dict]) -> list[str]:
-    head = ("| case | tokens/step | " + " | ".join(f"{c} µs" for c in COLUMNS) + " | "
-            + " | ".join(label for _, _, label in RATIOS) + " |")
-    lines = [head, "|" + "---|" * (2 + len(COLUMNS) + len(RATIOS))]
-    speed = ["| case | " + " | ".join(f"{c} tokens/s" for c in COLUMNS) + " |",
-             "|" + "---|" * (1 + len(COLUMNS))]
-    for label in case_labels(runs):
-        rows = {column: latest(runs, label, column) for column in COLUMNS}
-        seconds = {c: row["contenders"][c]["median_s"] if row else None
-                   for c, row in rows.items()}
-        tokens = next(row["tokens_per_step"] for row in rows.values() if row)
-        lines.append(f"| {label} | {tokens} | "
-                     + " | ".join(cell(s and s * 1e6, ".1f") for s in seconds.values()) + " | "
-                     + " | ".join(cell(ratio(runs, label, c, b), ".3f") for c, b, _ in RATIOS)
-                     + " |")
+def run_columns(run: dict) -> list[str]:
+    measured = {c for row in run["cases"].values() for c in row["contenders"]}
+    return [c for c in COLUMNS if c in measured]
+
+
+def run_tables(run: dict) -> list[str]:
+    """One run's figures: µs per step with the ratios it can give, tokens/s, logits."""
+    columns = run_columns(run)
+    ratios = [(c, b, label) for c, b, label in RATIOS if c in columns and b in columns]
+    timing = ["| case | tokens/step | " + " | ".join(f"{c} µs" for c in columns) + " | "
+              + " | ".join(label for _, _, label in ratios) + " |",
+              "|" + "---|" * (2 + len(columns) + len(ratios))]
+    speed = ["| case | " + " | ".join(f"{c} tokens/s" for c in columns) + " |",
+             "|" + "---|" * (1 + len(columns))]
+    logits = ["| case | contender | max abs Δ vs stock | ÷ max abs logit | max abs error vs "
+              f"fp32 | stock's | within tolerance (≤ {TOLERANCE_FACTOR:g}× stock's) |",
+              "|---|---|---|---|---|---|---|"]
+    for label, row in run["cases"].items():
+        figures, tokens = row["contenders"], row["tokens_per_step"]
+        seconds = [figures[c]["median_s"] if c in figures else None for c in columns]
+        timing.append(f"| {label} | {tokens} | "
+                      + " | ".join(cell(s and s * 1e6, ".1f") for s in seconds) + " | "
+                      + " | ".join(cell(speedup(row, c, b), ".3f") for c, b, _ in ratios)
+                      + " |")
         speed.append(f"| {label} | "
-                     + " | ".join(cell(s and tokens / s, ",.0f") for s in seconds.values())
-                     + " |")
-    return [*lines, "", *speed]
-
-
-def logits_table(runs: list[dict]) -> list[str]:
-    lines = ["| case | contender | max abs Δ vs stock | ÷ max abs logit | max abs error vs fp32 "
-             f"| stock's | within tolerance (≤ {TOLERANCE_FACTOR:g}× stock's) |",
-             "|---|---|---|---|---|---|---|"]
-    for label in case_labels(runs):
-        for column in COLUMNS:
-            row = latest(runs, label, column)
-            if row is None:
-                continue
-            errors = row["contenders"][column]["logits"]
-            stock = row["contenders"]["stock"]["logits"]
-            lines.append(f"| {label} | {column} | {errors['max_abs_vs_stock']:.3g} | "
-                         f"{errors['relative_vs_stock']:.2e} | {errors['max_abs_vs_fp32']:.3g} "
-                         f"| {stock['max_abs_vs_fp32']:.3g} | "
-                         f"{'yes' if within_tolerance(errors, stock) else 'NO'} |")
-    return lines
-
-
-def compile_notes(runs: list[dict]) -> list[str]:
-    notes = []
-    for label in case_labels(runs):
-        row = latest(runs, label, "max-autotune")
-        if row:
-            figures = row["contenders"]["max-autotune"]
-            notes.append(f"- {label}: compiled in {figures['compile_s']:.0f} s, CUDA graphs "
-                         f"skipped {figures['cudagraph_skips']} times")
-    return notes
+                     + " | ".join(cell(s and tokens / s, ",.0f") for s in seconds) + " |")
+        stock = figures["stock"]["logits"]
+        for column in (c for c in columns if c in figures):
+            errors = figures[column]["logits"]
+            logits.append(f"| {label} | {column} | {errors['max_abs_vs_stock']:.3g} | "
+                          f"{errors['relative_vs_stock']:.2e} | "
+                          f"{errors['max_abs_vs_fp32']:.3g} | {stock['max_abs_vs_fp32']:.3g} | "
+                          f"{'yes' if within_tolerance(errors, stock) else 'NO'} |")
+    compiled = [f"- {label}: compiled in {row['contenders']['max-autotune']['compile_s']:.0f} "
+                f"s, CUDA graphs skipped {row['contenders']['max-autotune']['cudagraph_skips']}"
+                " times" for label, row in run["cases"].items()
+                if "max-autotune" in row["contenders"]]
+    return [*timing, "", *speed, "",
+            "Logits of one step against stock's and against the fp32 reference:", "", *logits,
+            *(["", "max-autotune:", *compiled] if compiled else [])]
 
 
 def goal_lines(runs: list[dict]) -> list[str]:
-    """The bottom lines the issue's goal asks for."""
+    """The bottom lines the issue's goal asks for, each ratio from the latest run with both."""
     def verdict(value: float | None, least: float) -> str:
         if value is None:
             return "not measured"
         return f"{value:.3f} (goal ≥ {least:.2f}: {'met' if value >= least else 'MISSED'})"
 
-    lines = [f"- {label}, {'graphed' if 'graph' in contender else 'eager'} ours / stock: "
+    def launch(contender: str) -> str:
+        return "graphed" if contender.endswith("graph") else "eager"
+
+    lines = [f"- {label}, {launch(contender)} ours / stock: "
              f"{verdict(ratio(runs, label, contender, baseline), least)}"
              for label, contender, baseline, least in DECODE_GOALS]
     named = {(label, contender) for label, contender, _, _ in DECODE_GOALS}
-    others = [(label, c, b) for label in case_labels(runs) for c, b, _ in RATIOS[:2]
+    others = [(f"{label} {launch(c)}", ratio(runs, label, c, b))
+              for label in case_labels(runs) for c, b, _ in RATIOS[:2]
               if (label, c) not in named]
-    found = [(f"{label} {'graphed' if 'graph' in c else 'eager'}", ratio(runs, label, c, b))
-             for label, c, b in others]
-    measured = [(name, value) for name, value in found if value is not None]
-    if measured:
-        lines.append(f"- every other row, ours / stock (goal ≥ 1.00): min "
-                     f"{min(v for _, v in measured):.3f}; "
-                     + ", ".join(f"{name} {value:.3f}" for name, value in measured))
     versus = [(label, ratio(runs, label, "ours-graph", "max-autotune"))
               for label in case_labels(runs)]
-    versus = [(label, value) for label, value in versus if value is not None]
-    if versus:
-        lines.append("- ours graphed / max-autotune (goal ≥ 1.00): min "
-                     f"{min(v for _, v in versus):.3f}; "
-                     + ", ".join(f"{label} {value:.3f}" for label, value in versus))
-    failed = [f"{label} {column}" for label in case_labels(runs) for column in COLUMNS
-              if (row := latest(runs, label, column))
-              and not within_tolerance(row["contenders"][column]["logits"],
-                                       row["contenders"]["stock"]["logits"])]
-    lines.append("- logits: " + ("every contender within tolerance" if not failed
+    for title, found in (("every other row, ours / stock", others),
+                         ("ours graphed / max-autotune", versus)):
+        measured = [(name, value) for name, value in found if value is not None]
+        if measured:
+            lines.append(f"- {title} (goal ≥ 1.00): min {min(v for _, v in measured):.3f}; "
+                         + ", ".join(f"{name} {value:.3f}" for name, value in measured))
+    failed = [f"{label} {column} ({run['started']})" for run in runs
+              for label, row in run["cases"].items() for column in row["contenders"]
+              if not within_tolerance(row["contenders"][column]["logits"],
+                                      row["contenders"]["stock"]["logits"])]
+    lines.append("- logits: " + ("every contender of every run within tolerance" if not failed
                                   else "outside tolerance: " + ", ".join(failed)))
     return lines
 
 
 def markdown(results: dict) -> str:
     setup, runs = results["setup"], results["runs"]
-    first, last = runs[0], runs[-1]
+    versions = setup["versions"]
     lines = [f"# {setup['model']}: stock transformers vs gemm-tuner vs torch.compile "
              f"max-autotune — {setup['device']}", "",
-             f"torch {last['versions']['torch']}, triton {last['versions']['triton']}, "
-             f"transformers {last['versions']['transformers']}, CUDA "
-             f"{last['versions']['cuda']}; {len(runs)} run(s), {first['started'][:10]} to "
-             f"{last['started'][:10]}; table `{last['table']}` (sha256 "
-             f"{setup['table_sha256'][:12]}).", "",
+             f"torch {versions['torch']}, triton {versions['triton']}, transformers "
+             f"{versions['transformers']}, CUDA {versions['cuda']}; table `{runs[-1]['table']}`"
+             f" (sha256 {setup['table_sha256'][:12]}); `benchmarks/model_e2e.py`.", "",
              "Each case is one forward step on transformers' StaticCache, logits of the last "
              "token only, the cache rewound after the step (one foreach kernel, in every "
              "contender). ours: tuner.enable() with the table; graph: the step captured in a "
              "torch.cuda.CUDAGraph and replayed; max-autotune: torch.compile(model, "
-             "mode=\"max-autotune\", dynamic=False) per case. µs per step: the median of "
-             f"{last['samples']} samples, each one untimed step then {last['steps']} "
-             f"back-to-back steps timed by {last['clock']} after a synchronize, the contenders' "
-             "samples interleaved. Ratios: tokens/s of the first over the second, from one "
-             "run; each figure is from the latest run that measured it "
-             "(`benchmarks/model_e2e.py`).", "",
-             *timing_tables(runs), "",
-             "Logits of one step against stock's and against an fp32 reference (the same "
-             "weights upcast, fp32 at torch's default precision, no TF32):", "",
-             *logits_table(runs), ""]
-    notes = compile_notes(runs)
-    if notes:
-        lines += ["max-autotune:", *notes, ""]
-    lines += ["Bottom lines:", *goal_lines(runs), ""]
+             "mode=\"max-autotune\", dynamic=False) per case. µs per step: the median of a "
+             "run's samples, each one untimed step then back-to-back steps timed after a "
+             "synchronize, the contenders' samples interleaved. Ratios: tokens/s of the first "
+             "over the second, within one run. Logits: against stock's, and against an fp32 "
+             "reference (the same weights upcast, fp32 at torch's default precision, no TF32); "
+             f"within bf16 tolerance while the error against it is at most "
+             f"{TOLERANCE_FACTOR:g}× stock's own.", ""]
+    for number, run in enumerate(runs, 1):
+        lines += [f"## Run {number}: {run['started']}, {run['samples']} samples of "
+                  f"{run['steps']} steps, timed by {run['clock']}", "", *run_tables(run), ""]
+    lines += ["## Bottom lines", "", *goal_lines(runs), ""]
     return "\n".join(lines)
 
 
@@ -612,7 +605,7 @@ def bench(args) -> int:
     note("fp32 reference logits")
     references = fp32_references(model, chosen, args.seed, args.device)
     run = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "versions": versions(), "table": args.table, "steps": args.steps,
+           "table": args.table, "steps": args.steps,
            "samples": args.samples, "clock": CLOCKS[args.device], "cases": {}}
     results["runs"].append(run)
     for index, case in chosen:
