@@ -23,10 +23,13 @@ decode caches are filled before, outside the recording. The shapes need no value
 batched products, which SDPA runs as such only on meta).
 
 The contenders (columns): `stock`, the model as transformers runs it; `ours`, the same under
-tuner.enable() with TUNE_CONFIG=--table; `stock-graph` and `ours-graph`, one step captured in
-a torch.cuda.CUDAGraph and replayed; `max-autotune`, torch.compile(model,
+tuner.enable() with TUNE_CONFIG=--table; `ours-patch`, under tuner.patch(model) instead (each
+nn.Linear calls tuner.linear: no aten kernel in between); `stock-graph` and `ours-graph`, one
+step captured in a torch.cuda.CUDAGraph and replayed; `max-autotune`, torch.compile(model,
 mode="max-autotune", dynamic=False) of the stock model, compiled per case (Inductor's GEMM
-autotuning and its own CUDA graphs; its compile seconds and CUDA-graph skips are reported).
+autotuning and its own CUDA graphs; its compile seconds and CUDA-graph skips are reported);
+`ours-max-autotune`, the same compile of a patched copy (Inductor fuses and graphs the rest,
+our kernels run the linears).
 
 Time per step: in each sample, one untimed step, then --steps back-to-back steps between two
 CUDA events recorded after a synchronize, over their count; the median over --samples
@@ -74,10 +77,15 @@ from tuner.formats.files import check_writable, write_text_atomic
 from tuner.reporting import STDERR
 from tuner.textfiles import MiB, decoded, read_user_file
 
-COLUMNS = ("stock", "ours", "stock-graph", "ours-graph", "max-autotune")
-CUDA_ONLY_COLUMNS = frozenset({"stock-graph", "ours-graph", "max-autotune"})
+COLUMNS = ("stock", "ours", "ours-patch", "stock-graph", "ours-graph", "max-autotune",
+           "ours-max-autotune")
+CUDA_ONLY_COLUMNS = frozenset({"stock-graph", "ours-graph", "max-autotune",
+                               "ours-max-autotune"})
+COMPILED_COLUMNS = frozenset({"max-autotune", "ours-max-autotune"})
 # (contender, its baseline, ratio label): the ratios the tables show, contender over baseline.
 RATIOS = (("ours", "stock", "eager"), ("ours-graph", "stock-graph", "graphed"),
+          ("ours-patch", "stock", "patched eager"),
+          ("ours-max-autotune", "max-autotune", "ours / stock, both max-autotune"),
           ("ours-graph", "max-autotune", "ours graphed / max-autotune"),
           ("max-autotune", "stock", "max-autotune / stock eager"))
 # The issue's goals for the decode rows: (case, contender, baseline, least ratio).
@@ -232,9 +240,9 @@ def graphed(run: Callable[[], torch.Tensor],
 
 def max_autotune(model: torch.nn.Module, step: Step) -> Contender:
     """torch.compile(mode="max-autotune") of the model for this case's step, compiled and
-    its CUDA graphs recorded by the warm-up calls."""
+    its CUDA graphs recorded by the warm-up calls (measure_case resets Dynamo around a
+    case's compiled contenders: no recompile limits, no stale graphs)."""
     from torch._dynamo.utils import counters
-    torch._dynamo.reset()  # one case per compile: no recompile limits, no stale graphs
     forward = torch.compile(model, mode="max-autotune", dynamic=False)
     skips = counters["inductor"]["cudagraph_skips"]
     start = time.perf_counter()
@@ -258,6 +266,14 @@ def contender(column: str, model: torch.nn.Module, step: Step, device: str) -> C
         return Contender(stock, contextlib.nullcontext)
     if column == "ours":
         return Contender(stock, ours)
+    if column == "ours-patch":
+        return Contender(stock, lambda: tuner.patch(model, (device,)))
+    if column == "ours-max-autotune":
+        # A copy patched for good: Dynamo guards on the modules' forward, so patching around
+        # each sample would recompile.
+        patched = copy.deepcopy(model)
+        tuner.patch(patched, (device,))
+        return max_autotune(patched, step)
     if column == "stock-graph":
         return Contender(graphed(stock, contextlib.nullcontext), contextlib.nullcontext)
     if column == "ours-graph":
@@ -330,6 +346,9 @@ def measure_case(model, case: Case, index: int, columns: list[str], reference: t
                  args, note: Callable[[str], None]) -> dict:
     """A case's row of a run: per contender its samples, median and logit errors."""
     step = Step(model, case, args.seed + index, args.device)
+    compiled = COMPILED_COLUMNS.intersection(columns)
+    if compiled:
+        torch._dynamo.reset()
     contenders: dict[str, Contender] = {}
     logits: dict[str, torch.Tensor] = {}
     for column in columns:
@@ -346,8 +365,9 @@ def measure_case(model, case: Case, index: int, columns: list[str], reference: t
         if chosen.compile_s is not None:
             result.update(compile_s=chosen.compile_s, cudagraph_skips=chosen.cudagraph_skips)
         row["contenders"][column] = result
-    if "max-autotune" in columns:
-        torch._dynamo.reset()  # its CUDA graphs' memory goes with it
+    if compiled:
+        contenders.clear()
+        torch._dynamo.reset()  # their CUDA graphs' memory goes with them
     return row
 
 
@@ -465,13 +485,13 @@ def run_tables(run: dict) -> list[str]:
                           f"{errors['relative_vs_stock']:.2e} | "
                           f"{errors['max_abs_vs_fp32']:.3g} | {stock['max_abs_vs_fp32']:.3g} | "
                           f"{'yes' if within_tolerance(errors, stock) else 'NO'} |")
-    compiled = [f"- {label}: compiled in {row['contenders']['max-autotune']['compile_s']:.0f} "
-                f"s, CUDA graphs skipped {row['contenders']['max-autotune']['cudagraph_skips']}"
-                " times" for label, row in run["cases"].items()
-                if "max-autotune" in row["contenders"]]
+    compiled = [f"- {label}, {column}: compiled in {figures['compile_s']:.0f} s, CUDA graphs "
+                f"skipped {figures['cudagraph_skips']} times"
+                for label, row in run["cases"].items()
+                for column, figures in row["contenders"].items() if "compile_s" in figures]
     return [*timing, "", *speed, "",
             "Logits of one step against stock's and against the fp32 reference:", "", *logits,
-            *(["", "max-autotune:", *compiled] if compiled else [])]
+            *(["", "Compiled contenders:", *compiled] if compiled else [])]
 
 
 def goal_lines(runs: list[dict]) -> list[str]:
@@ -482,19 +502,23 @@ def goal_lines(runs: list[dict]) -> list[str]:
         return f"{value:.3f} (goal ≥ {least:.2f}: {'met' if value >= least else 'MISSED'})"
 
     def launch(contender: str) -> str:
-        return "graphed" if contender.endswith("graph") else "eager"
+        return {"ours-graph": "graphed", "ours-patch": "patched eager"}.get(contender, "eager")
 
     lines = [f"- {label}, {launch(contender)} ours / stock: "
              f"{verdict(ratio(runs, label, contender, baseline), least)}"
              for label, contender, baseline, least in DECODE_GOALS]
     named = {(label, contender) for label, contender, _, _ in DECODE_GOALS}
     others = [(f"{label} {launch(c)}", ratio(runs, label, c, b))
-              for label in case_labels(runs) for c, b, _ in RATIOS[:2]
+              for label in case_labels(runs) for c, b, _ in RATIOS[:3]
               if (label, c) not in named]
-    versus = [(label, ratio(runs, label, "ours-graph", "max-autotune"))
+    versus = [(label, ratio(runs, label, "ours-max-autotune", "max-autotune"))
               for label in case_labels(runs)]
+    graphed_versus = [(label, ratio(runs, label, "ours-graph", "max-autotune"))
+                      for label in case_labels(runs)]
     for title, found in (("every other row, ours / stock", others),
-                         ("ours graphed / max-autotune", versus)):
+                         ("ours patched and compiled / stock compiled, both max-autotune",
+                          versus),
+                         ("ours graphed, not compiled / max-autotune", graphed_versus)):
         measured = [(name, value) for name, value in found if value is not None]
         if measured:
             lines.append(f"- {title} (goal ≥ 1.00): min {min(v for _, v in measured):.3f}; "
@@ -519,8 +543,9 @@ def markdown(results: dict) -> str:
              "Each case is one forward step on transformers' StaticCache, logits of the last "
              "token only, the cache rewound after the step (one foreach kernel, in every "
              "contender). ours: tuner.enable() with the table; graph: the step captured in a "
-             "torch.cuda.CUDAGraph and replayed; max-autotune: torch.compile(model, "
-             "mode=\"max-autotune\", dynamic=False) per case. µs per step: the median of a "
+             "torch.cuda.CUDAGraph and replayed; ours-patch: tuner.patch(model) instead; "
+             "max-autotune: torch.compile(model, mode=\"max-autotune\", dynamic=False) per "
+             "case; ours-max-autotune: the same of a patched copy. µs per step: the median of a "
              "run's samples, each one untimed step then back-to-back steps timed after a "
              "synchronize, the contenders' samples interleaved. Ratios: tokens/s of the first "
              "over the second, within one run. Logits: against stock's, and against an fp32 "
