@@ -60,3 +60,22 @@ def error_line(result) -> str:
     errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
     return errors[0]
+
+
+# -- Hypothesis --------------------------------------------------------------------------------
+# Whether this run is the fast subset (-m "not slow ..."); set by tests/conftest.py.
+FAST_SUBSET = False
+
+
+def examples(full: int) -> int:
+    """A property's max_examples: `full` where the slow tests run too (CI), a tenth (at least
+    3) in the fast subset, which then samples the property rather than searching it."""
+    return max(3, full // 10) if FAST_SUBSET else full
+
+
+# -- the fast subset ---------------------------------------------------------------------------
+def slow_except(values, *fast) -> list:
+    """Parametrize `values` so that only those in `fast` run in the fast subset; the others
+    are marked slow, for CI, which runs them all."""
+    return [value if value in fast else pytest.param(value, marks=pytest.mark.slow)
+            for value in values]

@@ -1,11 +1,15 @@
 """The project's shape: the deployment wing (tuner.runtime) answers every kind of lookup
 without the tuning side's dependencies, and no module imports itself back through others."""
 import ast
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tuner.formats.files import write_atomic
 from tuner.formats.table import TABLE_FORMAT
@@ -46,6 +50,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_the_runtime_answers_without_optuna_sqlalchemy_export_or_db(tmp_path):
     table = tmp_path / "t.yaml"
     tuned = key(96, 3584, 4096)
@@ -69,6 +74,9 @@ def test_the_runtime_answers_without_optuna_sqlalchemy_export_or_db(tmp_path):
 
 
 # -- no import cycle ---------------------------------------------------------------------------
+# The source tree is read once per session: the checks below share these answers, and only read
+# them.
+@functools.cache
 def project_modules() -> dict[str, Path]:
     """Every project module's dotted name (as installed) and its file."""
     modules = {}
@@ -79,6 +87,12 @@ def project_modules() -> dict[str, Path]:
                 parts.pop()
             modules[".".join([package, *parts])] = path
     return modules
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A file's syntax tree."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -106,6 +120,7 @@ def _owner(name: str, modules) -> str | None:
     return name or None
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Per project module, the project modules it imports. `from package import name` counts
     as an import of the submodule where `name` is one, else of the package; importing a
@@ -115,7 +130,7 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         edges = set()
-        for node in _imports(ast.parse(path.read_text(), str(path))):
+        for node in _imports(parsed(path)):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -205,7 +220,7 @@ def reach(graph: dict[str, set[str]], prefix: str, skip: tuple[str, str] | None 
 
 def libraries(module: str) -> set[str]:
     """The top-level names of the modules a project module imports (any depth, as _imports)."""
-    tree = ast.parse(project_modules()[module].read_text())
+    tree = parsed(project_modules()[module])
     names = set()
     for node in _imports(tree):
         if isinstance(node, ast.Import):
@@ -227,7 +242,7 @@ def test_the_runtime_reaches_neither_the_tuning_machinery_the_export_nor_the_dat
 def test_online_tuning_opens_its_door_only_on_need():
     """The runtime's one edge into the tuning machinery is the door, imported inside a
     function: loading an expand file, or answering from its cache, imports none of it."""
-    tree = ast.parse(project_modules()[ONLINE_DOOR[0]].read_text())
+    tree = parsed(project_modules()[ONLINE_DOOR[0]])
     at_module_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
     assert not [node for node in at_module_level
                 if (getattr(node, "module", None) or "").startswith("tuner.execution")
@@ -265,6 +280,7 @@ print(json.dumps({"source": answer.source, "loaded": sorted(
 """
 
 
+@pytest.mark.slow
 def test_an_expand_file_lookup_needs_neither_optuna_sqlalchemy_export_nor_db(tmp_path):
     """The model's pick from a FlagGems expand file (tests/test_runtime_expand.py checks the
     online path the same way)."""
@@ -293,15 +309,26 @@ def test_no_test_imports_a_benchmark_or_reads_its_files():
         if path == Path(__file__).resolve():
             continue
         text = path.read_text()
-        imported = {alias.name for node in ast.walk(ast.parse(text))
-                    if isinstance(node, ast.Import) for alias in node.names}
-        imported |= {node.module or "" for node in ast.walk(ast.parse(text))
-                     if isinstance(node, ast.ImportFrom)}
+        nodes = list(ast.walk(ast.parse(text)))
+        imported = {alias.name for node in nodes if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module or "" for node in nodes if isinstance(node, ast.ImportFrom)}
         if any(name.split(".")[0] == "benchmarks" for name in imported):
             offenders.append(f"{path.name}: imports benchmarks")
         if "benchmarks/" in text or '"benchmarks"' in text:
             offenders.append(f"{path.name}: names a path under benchmarks/")
     assert offenders == []
+
+
+def test_every_property_sizes_itself_for_the_fast_subset():
+    """A Hypothesis property's own example count goes through tests.factories.examples, so
+    that the fast subset tries a tenth of it (tests/conftest.py), as it does Hypothesis'
+    default; a bare count would run in full there."""
+    bare = [f"{path.name}:{number}" for path in sorted((ROOT / "tests").rglob("test_*.py"))
+            if path != Path(__file__).resolve()
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if re.search(r"max_examples=(?!examples\()", line)]
+    assert bare == []
 
 
 # -- the formats wing: each file format read and written in one place --------------------------
@@ -333,7 +360,7 @@ def test_no_module_outside_the_formats_wing_types_a_schema_literal():
     for name, path in project_modules().items():
         if name.startswith("tuner.formats"):
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         declared = {id(node.value) for node in ast.walk(tree)
                     if isinstance(node, ast.keyword) and node.arg == "expand_op"}
         checked = set(FLAGGEMS_LITERALS)
@@ -367,7 +394,7 @@ def test_statuses_are_compared_as_enums_and_notes_go_to_a_reporter():
     for name, path in project_modules().items():
         if name.startswith("tuner.db.migrations"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Compare) and (literals := _status_literals(node)):
                 typed.append(f"{name}:{node.lineno}: {literals}")
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import examples
 from tuner.bucketing.search import (
     SEARCHED_FIELDS,
     BucketSearchError,
@@ -88,7 +89,7 @@ def test_widening_must_merge_more_shapes_than_it_leaves_alone_in_wide_buckets():
     assert chosen.strategy["M"] == "log" and (chosen.rows, chosen.widened) == (2, 0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.integers(1, 64), min_size=2, max_size=6, unique=True),
        st.data(), st.floats(0, 0.3))
 def test_the_choice_keeps_the_budget_and_the_front_is_undominated(ms, data, budget):

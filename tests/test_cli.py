@@ -115,6 +115,7 @@ def test_the_launch_flag_picks_what_studies_optimise_and_both_figures_are_stored
     assert yaml.safe_load(table.read_text())["launch"] == "eager"  # the latest run's mode
 
 
+@pytest.mark.slow
 def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):
     from tuner.kernels import KERNELS
     from tuner.model.named_devices import named_device
@@ -177,6 +178,7 @@ def test_export_with_nothing_tuned(workdir):
     assert result.exit_code == 1 and "no winners in the database" in result.output
 
 
+@pytest.mark.slow
 def test_gpu_backend_without_gpu_is_one_clear_line(workdir):
     """In a fresh process (no interpreter set): the default backend needs a GPU."""
     if __import__("torch").cuda.is_available():

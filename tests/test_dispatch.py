@@ -140,6 +140,7 @@ def test_autograd_goes_through_the_dispatcher(device, monkeypatch):
     torch.testing.assert_close(b.grad, a.detach().t() @ torch.ones(7, 5, device=device))
 
 
+@pytest.mark.slow
 def test_torch_compile_fullgraph_traces_the_operators(device):
     """aot_eager traces through the fake implementations and runs the real kernels (the GPU
     test compiles the same model with inductor)."""

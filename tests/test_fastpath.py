@@ -154,6 +154,7 @@ def test_torch_compile_traces_the_python_function():
     torch.testing.assert_close(compiled(x), F.linear(x, weight).relu())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting, front", [("0", "python"), ("1", "compiled")])
 def test_tune_fastpath_chooses_the_front(setting, front):
     check = ("import tuner, types\n"

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import H100
+from tests.factories import H100, examples
 from tests.test_store_export import (
     DECODE,
     SMALL_M,
@@ -63,7 +63,7 @@ def random_cases(winners, seed):
     return cases
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(winner_sets(), st.integers(0, 40))
 def test_the_product_never_exceeds_the_bound(drawn, max_configs):
     params, winners, seed = drawn

@@ -21,13 +21,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.factories import SMALL_SPACE
+from tests.factories import SMALL_SPACE, examples
 from tests.test_fuzz_inputs import assert_clean, invoke
 from tuner.formats.table import TABLE_FORMAT
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="interpreter CLI tests run on CPU-only machines")
-FUZZ = settings(max_examples=20, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=examples(20), deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # The most one command or load may take on any input here.
 SECONDS = 10
@@ -111,6 +111,7 @@ def test_suggest_with_a_hostile_shapes_file(shapes):
               {"s.csv": shapes, "space.yaml": SMALL_SPACE.encode()})
 
 
+@pytest.mark.slow
 @FUZZ
 @given(yaml_bytes, st.sampled_from(["expand", "tune-configs"]))
 def test_export_of_a_hostile_table(table, fmt):
@@ -205,6 +206,7 @@ CAPPED_LOADS = textwrap.dedent("""
 MEMORY_CAP = 400 << 20
 
 
+@pytest.mark.slow
 def test_the_nastiest_tables_load_in_bounded_memory_and_time(tmp_path):
     nasty = {"laughs.yaml": laughs(12, 12), "wide-laughs.yaml": laughs(3, 2000),
              "recursive.yaml": laughs(2, 2, recursive=True),

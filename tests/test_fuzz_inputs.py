@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.factories import SMALL_SPACE
+from tests.factories import SMALL_SPACE, examples
 from tuner.cli import main
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="interpreter CLI tests run on CPU-only machines")
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=examples(40), deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 GOOD_CSV = "M,N,K,dtype,layout,weight\n40,48,64,bf16,nn,1\n"
 
@@ -158,7 +158,7 @@ def test_run_with_any_space_file_fails_cleanly_or_runs(space):
     check_run(GOOD_CSV.encode(), space)
 
 
-@settings(FUZZ, max_examples=25)
+@settings(FUZZ, max_examples=examples(25))
 @given(st.one_of(st.just(GOOD_CSV.encode()), csv_bytes), yaml_bytes)
 def test_suggest_with_any_inputs_fails_cleanly_or_writes(shapes, space):
     check_suggest(shapes, space)

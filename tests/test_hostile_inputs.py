@@ -112,11 +112,13 @@ def test_aliases_that_add_little_still_load_and_recursive_ones_do_not():
         parsed_yaml(many, "f", ValueError)
 
 
+@pytest.mark.slow
 def test_a_deeply_nested_yaml_is_one_line():
     with pytest.raises(ValueError, match="nested too deeply|not valid YAML"):
         parsed_yaml("[" * 100_000 + "]" * 100_000, "f", ValueError)
 
 
+@pytest.mark.slow
 def test_the_shapes_csv_parses_in_linear_time(tmp_path):
     path = tmp_path / "big.csv"
     path.write_text("M,N,K,dtype\n" + "".join(f"{i + 1},{i % 977 + 1},{i % 13 + 1},bf16\n"
@@ -257,6 +259,7 @@ def tune(args, tmp_path, **env):
                           env={**os.environ, "PYTHONPATH": str(tmp_path), **env})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, source, words", [
     ("nosuchmod", None, "kernel module 'nosuchmod' cannot be imported (ModuleNotFoundError: "
                         "No module named 'nosuchmod')"),

@@ -165,6 +165,7 @@ def test_patch_switches_each_linear_over_and_unpatch_restores_exactly(calls):
     assert ["forward" in vars(m) for m in model] == [False, False, False, False, True]
 
 
+@pytest.mark.slow
 def test_a_patched_model_compiles_without_a_graph_break(calls):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))

@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 import torch
 
+from tests.factories import slow_except
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
 from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.kernels import KERNELS, gemv, general, kernel_for
@@ -61,17 +62,20 @@ def test_general_matches_reference(mnk, layout, dtype, device):
     assert shape_error(GENERAL, shape, MM_CONFIG, device) <= DTYPES[dtype].tolerance
 
 
-@pytest.mark.parametrize("config", [
+BLOCK_CONFIGS = [
     # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps
     (16, 16, 16, 1, 1, 2),  # plain row-major tile order
     (16, 16, 16, 4, 3, 4),  # 7 tile rows: one full group of 4, one short group of 3
     (32, 16, 32, 2, 2, 4),  # BLOCK_K 32 divides K
     (16, 64, 32, 8, 4, 8),  # GROUP_M larger than the number of tile rows
     (64, 32, 64, 3, 2, 4),
-], ids=param_id)
+]
+
+
+# The wide tiles in the fast subset: the narrow ones are many programs for the interpreter.
+@pytest.mark.parametrize("config", slow_except(BLOCK_CONFIGS, *BLOCK_CONFIGS[3:]), ids=param_id)
 # bf16 in the fast subset; the other dtypes' tile orders are the same code (slow: interpreted).
-@pytest.mark.parametrize("dtype", [d if d == "bf16" else pytest.param(d, marks=pytest.mark.slow)
-                                   for d in DTYPES])
+@pytest.mark.parametrize("dtype", slow_except(DTYPES, "bf16"))
 def test_general_block_configs_and_tile_order(config, dtype, device):
     shape = Shape(97, 83, 96, dtype, "nt")
     assert shape_error(GENERAL, shape, dict(zip(GENERAL.params, config)), device) \
@@ -100,7 +104,7 @@ def test_general_tf32_opt_in_stays_within_tf32_tolerance(device):
     assert shape_error(GENERAL, shape, MM_CONFIG, device, allow_tf32=True) <= TF32_TOLERANCE
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", slow_except(LAYOUTS, "nt"))  # 6 launches each
 def test_general_and_gemv_bias_and_fp8_scales_in_the_epilogue(layout, device):
     for shape, variant, tunables in ((Shape(37, 53, 64, "fp8e4m3", layout), GENERAL, MM_CONFIG),
                                      (Shape(1, 53, 64, "fp8e4m3", layout), GEMV, GEMV_CONFIG),
@@ -218,9 +222,9 @@ def test_feasibility_rejects_a_pad_that_changes_nothing_and_a_variant_that_canno
                                 232448) is None
 
 
+@pytest.mark.slow  # 6 launches each; tests/test_dispatch.py runs a padded config quickly
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("pad", [8, pytest.param(16, marks=pytest.mark.slow),
-                                 pytest.param(64, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("pad", (8, 16, 64))
 def test_padded_runs_match_reference_and_reuse_clean_buffers(pad, layout, device, monkeypatch):
     """Two shapes that pad to the same sizes, run alternately: each must keep zero K margins
     (a shared buffer would carry one shape's K columns into the other's product)."""

@@ -19,6 +19,7 @@ def heavy_modules_after(code: str) -> list[str]:
     return line.split()[1:]
 
 
+@pytest.mark.slow
 def test_the_check_sees_torch():
     assert heavy_modules_after("import torch") == ["torch"]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.factories import KERNEL_VARIANTS
+from tests.factories import KERNEL_VARIANTS, examples
 from tuner.devices import HOPPER_SMEM_PER_BLOCK, DeviceInfo
 from tuner.dtypes import DTYPES
 from tuner.kernels import KERNELS, kernel_for
@@ -195,7 +195,7 @@ def _config_for(data, shape: Shape) -> dict:
     return config
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(shape=shapes(), dim=st.sampled_from("MNK"), data=st.data())
 def test_more_work_never_takes_less_time(shape, dim, data):
     bigger = replace(shape, **{dim: 2 * getattr(shape, dim)})
@@ -207,7 +207,7 @@ def test_more_work_never_takes_less_time(shape, dim, data):
     assert model.predict_ms(bigger, config, H200) >= model.predict_ms(shape, config, H200)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(shape=shapes(), data=st.data())
 def test_more_dram_bandwidth_is_never_slower(shape, data):
     config = _config_for(data, shape)
@@ -307,6 +307,7 @@ def test_padding_never_appears_for_an_aligned_gemm():
     assert all(config["pad"] == 0 for _, config in _ranked(Shape(4096, 4096, 4096, "bf16"), 50))
 
 
+@pytest.mark.slow  # each ranks a whole built-in space
 @pytest.mark.parametrize("shape", [
     Shape(1, 4096, 4096, "bf16"),  # one row: y = B^T x (gemv 11.1 µs, split-K 11.8)
     # Decode through nn.Linear, x @ W.T: gemv and a 16-row tile both reach the DRAM floor
@@ -317,6 +318,7 @@ def test_gemv_tops_a_single_row_or_column(shape):
     assert _top(shape)["variant"] == "gemv"
 
 
+@pytest.mark.slow
 def test_without_gemv_another_variant_serves_a_single_row():
     no_gemv = _space("gemv", **{**SPACES["gemv"].params, "variant": ["general", "splitk"]})
     (_, config), = model.rank_configs(Shape(1, 4096, 4096, "bf16"), no_gemv, KERNELS["gemv"],
@@ -327,7 +329,7 @@ def test_without_gemv_another_variant_serves_a_single_row():
 # --- what rank_configs returns ------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shape=shapes(max_dim=5000), k=st.one_of(st.none(), st.integers(1, 20)),
        smem_limit=st.sampled_from([None, 64 * 1024]))
 def test_ranked_configs_are_feasible_sorted_and_complete(shape, k, smem_limit):

@@ -123,6 +123,7 @@ def test_a_file_that_is_no_shapes_csv_is_left_alone(tmp_path):
     assert path.read_text() == "not,a,shapes,file\n"
 
 
+@pytest.mark.slow
 def test_tune_record_runs_a_script_unchanged_inside_a_recording(tmp_path):
     script = tmp_path / "script.py"
     script.write_text("import sys, torch\n"

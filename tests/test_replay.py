@@ -86,6 +86,7 @@ def test_model_strategies_start_from_the_models_ranking():
     assert curves["model"][0][0] == expected == curves["model+tpe"][0][0]
 
 
+@pytest.mark.slow
 def test_comparison_tables_and_the_goal():
     curves = compare(RECORDING, [STRATEGIES["random"], STRATEGIES["model+tpe"]], seeds=3,
                      trials=40, in_flight=8, jobs=2)

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import examples
 from tuner import runtime
 from tuner.bucketing.strategies import BUILTIN_STRATEGIES, KEY_FIELDS, BucketingError, bucket_key
 from tuner.fallback_scoring import answers
@@ -597,7 +598,7 @@ KEY_STRATEGIES = st.fixed_dictionaries({f: STRATEGY_NAMES for f in KEY_FIELDS[:-
     lambda s: s | {"dtype": "default"})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(strategy=KEY_STRATEGIES, tuned=st.lists(RAW_KEYS, min_size=1, max_size=6),
        queried=RAW_KEYS)
 def test_the_runtime_answers_each_key_with_the_entry_the_export_keyed_by_its_bucket(

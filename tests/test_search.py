@@ -110,6 +110,7 @@ def test_every_distinct_config_once_failures_recorded_best_retimed(world):
     assert outcome.final.p50_ms == pytest.approx(1.0 / outcome.best.tflops)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("polish", [0, 12])
 def test_polish_descends_from_the_best_config_one_parameter_at_a_time(world, polish):
     """One sampled trial (the warm start, 64x64x32), then the descent: each round measures the
@@ -198,6 +199,7 @@ def test_failures_are_remembered_and_skipped_by_the_next_study(world):
     assert not (failing | crashed) & set(signatures(second.compiled))
 
 
+@pytest.mark.slow
 def test_interrupted_study_resumes_without_redoing_stored_trials(world):
     first = ScriptedExecutor()
     runner, record = world.runner(first, trials=6)
@@ -217,6 +219,7 @@ def test_timeout_stops_the_study(world):
     assert executor.compiled == []
 
 
+@pytest.mark.slow
 def test_conditional_space_and_infeasible_configs_cost_no_budget(world):
     """Two variants; pad 64 changes nothing on 256³, so the study never proposes it, and
     SPLIT_K 32 leaves splits empty, so those configs are stored as infeasible before
@@ -241,6 +244,7 @@ def test_conditional_space_and_infeasible_configs_cost_no_budget(world):
         assert ("SPLIT_K" in c) == (c["variant"] == "splitk")
 
 
+@pytest.mark.slow
 def test_warm_start_configs_are_tried_first(world):
     best = {"variant": "general", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
             "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
@@ -308,6 +312,7 @@ class StragglingExecutor(ScriptedExecutor):
         return super().measure(slot, shape, seed, kernel_name, config)
 
 
+@pytest.mark.slow
 def test_configs_stream_past_a_slow_compile(world):
     executor = StragglingExecutor(trials=12)
     runner, record = world.runner(executor, trials=12)

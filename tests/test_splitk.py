@@ -10,6 +10,7 @@ import pytest
 import torch
 import triton
 
+from tests.factories import slow_except
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
 from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.kernels import splitk
@@ -56,22 +57,27 @@ def shape_error(shape: Shape, tunables: dict, device: str, seed: int = 0,
     return launch_error(dataclasses.replace(gemm, **gemm_fields), tunables)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", LAYOUTS)
+# One in the fast subset: each launch is 10 K steps in the interpreter.
+@pytest.mark.parametrize("dtype", slow_except(DTYPES, "bf16"))
+@pytest.mark.parametrize("layout", slow_except(LAYOUTS, "nt"))
 def test_matches_reference_in_every_layout(layout, dtype, device):
     # K = 150: 10 steps of 16 (the last one ragged), split 2+3+2+3; not a multiple of 4*16.
     shape = Shape(37, 45, 150, dtype, layout)
     assert shape_error(shape, config(), device) <= DTYPES[dtype].tolerance
 
 
-@pytest.mark.parametrize("k_block_split", [
+SPLITS = [
     # K, BLOCK_K, SPLIT_K
     (33, 16, 2),    # 3 steps: slices of 1 and 2; the last step holds one element of K
     (64, 32, 2),    # K a multiple of SPLIT_K * BLOCK_K: even slices, no K mask
     (150, 16, 8),   # 10 ragged steps over 8 splits: slices of 1 and 2
     (96, 16, 6),    # one step per split (SPLIT_K == steps, the largest valid)
-    pytest.param((512, 16, 32), marks=pytest.mark.slow),  # the space's largest SPLIT_K
-], ids=param_id)
+    (512, 16, 32),  # the space's largest SPLIT_K
+]
+
+
+# The short K in the fast subset; the others are many more programs for the interpreter.
+@pytest.mark.parametrize("k_block_split", slow_except(SPLITS, *SPLITS[:2]), ids=param_id)
 def test_split_k_values(k_block_split, device):
     k, block_k, split_k = k_block_split
     tunables = config(BLOCK_K=block_k, SPLIT_K=split_k)
@@ -80,6 +86,7 @@ def test_split_k_values(k_block_split, device):
         <= DTYPES["fp32"].tolerance
 
 
+@pytest.mark.slow
 def test_the_fix_up_adds_several_slices_per_step(device):
     """Slices go in chunks of a power of two within SUM_ELEMENTS, the last one masked where
     SPLIT_K is not a multiple: 32×32 tiles add 4 at a time (8 splits: two chunks), 16×16 tiles
@@ -102,7 +109,7 @@ def test_edge_shapes(mnk, device):
         <= DTYPES["fp16"].tolerance
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", slow_except(DTYPES, "fp8e4m3"))  # bias and scales
 def test_epilogue_bias_and_fp8_scales(dtype, device):
     """The last split applies the bias (and fp8's scales) once, after summing every split: a
     bias added per split would count SPLIT_K times."""
@@ -112,6 +119,7 @@ def test_epilogue_bias_and_fp8_scales(dtype, device):
         <= DTYPES[dtype].tolerance
 
 
+@pytest.mark.slow  # tests/test_kernels.py tries strided views in the fast subset
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_strided_views_in_and_out(dtype, device):
     """Row strides wider than the row for A and B, a column-major out and a sliced out."""
@@ -122,6 +130,7 @@ def test_strided_views_in_and_out(dtype, device):
         assert launch_error(Gemm(a, b, out), config()) <= DTYPES[dtype].tolerance
 
 
+@pytest.mark.slow
 def test_int64_offsets_compute_the_same_product(monkeypatch, device):
     """Real int64-sized operands don't fit a test, so force the int64 path on small ones."""
     monkeypatch.setattr(splitk, "needs_int64", lambda *tensors: True)
@@ -129,11 +138,13 @@ def test_int64_offsets_compute_the_same_product(monkeypatch, device):
     assert shape_error(shape, config(), device) <= DTYPES["bf16"].tolerance
 
 
+@pytest.mark.slow
 def test_tf32_opt_in_stays_within_tf32_tolerance(device):
     shape = Shape(48, 40, 96, "fp32", "nn")
     assert shape_error(shape, config(), device, allow_tf32=True) <= TF32_TOLERANCE
 
 
+@pytest.mark.slow
 def test_workspace_is_reused_and_stays_right(fresh_workspace, device):
     """A second call of the same shape reuses the buffers: the arrival counters are back at
     zero after every call, and the partials are overwritten whole."""

@@ -13,6 +13,7 @@ import itertools
 import pytest
 import torch
 
+from tests.factories import slow_except
 from tuner.dtypes import DTYPES, TF32_TOLERANCE
 from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.kernels import KERNELS, persistent, tma
@@ -113,8 +114,11 @@ def test_tf32_opt_in_stays_within_tf32_tolerance(name, device):
     assert launch_error(VARIANTS[name], gemm, CONFIGS[name]) <= TF32_TOLERANCE
 
 
-@pytest.mark.parametrize("flags", FLAG_VALUES, ids=lambda f: "-".join(map(str, f.values())))
-@pytest.mark.parametrize("dtype", WIDE_DTYPES)
+# In the fast subset warp specialization (25 tiles in the interpreter are slow; FLATTEN and
+# EPILOGUE_SUBTILE are in CONFIGS, which the tests above run); every combination in CI.
+@pytest.mark.parametrize("flags", slow_except(FLAG_VALUES, dict(zip(FLAGS, (1, 0, 1)))),
+                         ids=lambda f: "-".join(map(str, f.values())))
+@pytest.mark.parametrize("dtype", slow_except(WIDE_DTYPES, "fp16"))
 def test_persistent_flags_with_many_tiles_per_program(flags, dtype, device):
     """72×80 in 16×16 tiles is 25 tiles, 8 or 9 per program on the interpreter's 3; GROUP_M=2
     over 5 tile rows leaves a short last group."""
@@ -130,6 +134,7 @@ def test_persistent_flags_with_many_tiles_per_program(flags, dtype, device):
     assert launch_error(PERSISTENT, gemm, config) <= DTYPES[dtype].tolerance
 
 
+@pytest.mark.slow  # the flags test above has a short last group in the fast subset
 @pytest.mark.parametrize("group_m", (1, 3, 8))
 def test_persistent_tile_orders(group_m, device):
     gemm = poisoned_gemm(Shape(88, 64, 40, "fp16", "nn"), device)

@@ -151,21 +151,21 @@ def _same_op(kernel: str, op: str, timed: Iterable[tuple[Mapping, float | None]]
 
 def tuned_from_table(doc: Mapping) -> list[Tuned]:
     """Each measured entry of a table document as the narrowing weighs it: its tuned shape,
-    config and `ms`, and its alternates with `alternates_ms`. Entries of a bucketed export
-    state no time of their own: their configs join the lists, but weigh no shape."""
+    config and time, and its alternates' times (tuner.formats.table.EntryTimes). Entries of a
+    bucketed export state no time of their own: their configs join the lists, but weigh no
+    shape."""
     tuned = []
     for row in table_rows(doc):
-        kernel, config = row.op, row.config
-        ms, label = row.provenance.get("ms"), row.provenance.get("tuned_shape")
-        timed = list(zip(row.alternates, row.provenance.get("alternates_ms", ())))
+        kernel, config, times = row.op, row.config, row.times()
+        ms = times.ms
+        timed = [(c, t) for c, t in times.alternates if t is not None]
         if op_of(kernel, config) is None:  # cuBLAS won: its fastest Triton runner-up
-            config, ms = min(((c, t) for c, t in timed if t and op_of(kernel, c)),
+            config, ms = min(((c, t) for c, t in timed if op_of(kernel, c)),
                              key=lambda pair: pair[1], default=(config, ms))
         op = op_of(kernel, config)
-        if not (isinstance(ms, (int, float)) and ms > 0 and isinstance(label, str)) or (
-                op is None):
+        if ms is None or times.tuned_shape is None or op is None:
             continue
         others = [(c, t) for c, t in timed if c != config]
-        tuned.append(Tuned(Shape.from_label(label), kernel, dict(config), float(ms),
+        tuned.append(Tuned(Shape.from_label(times.tuned_shape), kernel, dict(config), ms,
                            _same_op(kernel, op, others)))
     return tuned

@@ -6,7 +6,7 @@ the runner-up configs (`alternates`) the runtime's nearest fallback may choose a
 provenance (measured times, or the model's prediction). `tune export` and `tune suggest`
 build theirs with `table_document` (written by tuner.formats.files); the runtime reads one
 with `read_table`, the export's conversions with `table_rows`, and the runtime's online cache
-joins one with `merge_documents`.
+joins one with `merge_documents`; an entry's measured times are read by `EntryTimes` alone.
 """
 from __future__ import annotations
 
@@ -145,9 +145,8 @@ def _check_op(label: str, op, body, variants) -> None:
 
 
 def _check_provenance(label: str, where: str, entry: Mapping) -> None:
-    """TableError naming a provenance field the readers use (Measurement, the export's
-    conversions) that is there but not of its kind: times are numbers, the tuned shape a
-    Shape label."""
+    """TableError naming a provenance field EntryTimes reads that is there but not of its
+    kind: times are numbers, the tuned shape a Shape label."""
     from tuner.shapes import Shape  # light: no torch
 
     for name in ("ms", "cublas_ms"):
@@ -221,10 +220,30 @@ def _integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class EntryTimes(NamedTuple):
+    """The times a table entry states it measured at its own shape, in ms: its `tuned_shape`
+    (a Shape label), its config's `ms`, and each alternate paired with its `alternates_ms`
+    (where the two lists are as long). None where the entry states none (a bucketed export's
+    entries) or a time is not a positive number. The one reader of these fields: the runtime
+    (Measurement) and the export (tuner.export.cases) both read them so."""
+    tuned_shape: str | None
+    ms: float | None
+    alternates: tuple[tuple[dict, float | None], ...]
+
+    @classmethod
+    def read(cls, provenance: Mapping, alternates: Sequence[dict]) -> EntryTimes:
+        """The times of an entry with these provenance fields and alternates."""
+        shape = provenance.get("tuned_shape")
+        times = provenance.get("alternates_ms", ())
+        paired = zip(alternates, times) if len(alternates) == len(times) else ()
+        return cls(shape if isinstance(shape, str) else None, _time(provenance.get("ms")),
+                   tuple((config, _time(ms)) for config, ms in paired))
+
+
 class Measurement(NamedTuple):
     """What a table entry measured at its own shape (`tuned_shape`, a Shape label): cuBLAS's
-    kernel time and, per config signature, its config's and its alternates' (`ms`,
-    `alternates_ms`), in ms."""
+    kernel time and, per config signature, its config's and its alternates' (EntryTimes), in
+    ms."""
     tuned_shape: str
     cublas_ms: float
     times: dict[tuple, float]
@@ -232,19 +251,21 @@ class Measurement(NamedTuple):
     @classmethod
     def of(cls, entry: Mapping) -> Measurement | None:
         """The entry's measurement, or None where it states none (a bucketed export's)."""
-        shape, ms, cublas_ms = (entry.get(f) for f in ("tuned_shape", "ms", "cublas_ms"))
-        if not (isinstance(shape, str) and _positive(ms) and _positive(cublas_ms)):
+        measured = EntryTimes.read(entry, entry.get("alternates", ()))
+        cublas_ms = _time(entry.get("cublas_ms"))
+        if measured.tuned_shape is None or measured.ms is None or cublas_ms is None:
             return None
-        times = {config_signature(entry["config"]): ms}
-        alternates, alternates_ms = entry.get("alternates", ()), entry.get("alternates_ms", ())
-        if len(alternates) == len(alternates_ms):
-            times.update((config_signature(config), alternate_ms) for config, alternate_ms
-                         in zip(alternates, alternates_ms) if _positive(alternate_ms))
-        return cls(shape, cublas_ms, times)
+        times = {config_signature(entry["config"]): measured.ms}
+        times.update((config_signature(config), ms) for config, ms in measured.alternates
+                     if ms is not None)
+        return cls(measured.tuned_shape, cublas_ms, times)
 
 
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+def _time(value) -> float | None:
+    """A stated time, where it is a positive number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -296,6 +317,10 @@ class TableRow(NamedTuple):
     config: dict
     alternates: list[dict]
     provenance: dict
+
+    def times(self) -> EntryTimes:
+        """What the entry measured at its own shape."""
+        return EntryTimes.read(self.provenance, self.alternates)
 
 
 def table_rows(doc: Mapping) -> list[TableRow]:
