@@ -187,6 +187,32 @@ def _check_tensors(name: str, required: dict, optional: dict) -> None:
                             f"{type(value).__name__}")
 
 
+def _check_out_memory(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """ValueError where `out` has elements sharing memory (an expanded tensor: torch refuses
+    it too) or shares memory with a or b: the kernels write tiles of out while still reading
+    a and b, so either would give a wrong product without a word. Checked with the call's
+    other checks, on the first call of a signature (later calls of it skip them)."""
+    if torch._debug_has_internal_overlap(out) == 1:  # torch's own test for out= arguments
+        raise ValueError(f"matmul: out has elements sharing memory (strides {out.stride()}); "
+                         "pass one whose every element is its own")
+    if out.device.type != "meta" and any(_overlap(out, t) for t in (a, b)):
+        raise ValueError("matmul: out shares memory with a or b; pass an out of its own")
+
+
+def _overlap(t: torch.Tensor, u: torch.Tensor) -> bool:
+    """Whether the byte ranges two tensors' elements span meet."""
+    if t.numel() == 0 or u.numel() == 0:
+        return False
+    (t0, t1), (u0, u1) = _span(t), _span(u)
+    return t0 < u1 and u0 < t1
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The first byte of a tensor's elements and the byte past its last."""
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
 def _new_out(a: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty((a.shape[0], n), dtype=dtype, device=a.device)
 
@@ -356,6 +382,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
                             or out.device != a.device):
         raise ValueError(f"matmul: out must be {M}×{N} {out_dtype} on {a.device}, got "
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    if out is not None:
+        _check_out_memory(out, a, b)
     if not _direct(a, b, out):
         if out is None:
             return _mm(a, b, scale_a, scale_b, allow_tf32)
