@@ -300,6 +300,33 @@ def test_a_missing_strategy_module_is_reported_as_such(workdir, monkeypatch):
     assert "unknown" not in line
 
 
+@pytest.mark.parametrize("setup, name, words", [
+    (lambda d: (d / "f.csv").mkdir(), "f.csv", "cannot write {d}/f.csv: it is a folder"),
+    (lambda d: (d / "f.csv").write_text("not,shapes\n"), "f.csv", "header must be"),
+    (lambda d: os.mkfifo(d / "f.skipped.csv"), "f.csv", "f.skipped.csv: not a regular file"),
+    (lambda d: (d / "f.skipped.csv").write_bytes(b"\xff"), "f.csv", "expected UTF-8 text"),
+], ids=["folder", "not-shapes", "fifo-skipped", "binary-skipped"])
+def test_a_recording_refuses_its_files_before_the_block_runs(tmp_path, setup, name, words):
+    import tuner
+
+    setup(tmp_path)
+    ran = []
+    with pytest.raises(UserError, match=words.format(d=tmp_path).replace(".", r"\.")):
+        with tuner.record(tmp_path / name):
+            ran.append(True)
+    assert not ran
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_workspace_bound_that_is_no_size_names_the_variable(monkeypatch, value):
+    from tuner.kernels.workspace import Workspace
+
+    monkeypatch.setenv("TUNE_WORKSPACE_MB", value)
+    with pytest.raises(ValueError, match=f"TUNE_WORKSPACE_MB='{value}': expected a finite "
+                                         "non-negative number of megabytes"):
+        Workspace()
+
+
 def test_user_errors_of_every_reader_are_user_errors():
     for _, error in READERS.values():
         assert issubclass(error, UserError)
