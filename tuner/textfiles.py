@@ -35,8 +35,8 @@ def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
     return clipped(repr(value), limit)
 
 
-def _kind(mode: int) -> str:
-    """What a file that is not a regular file is, in words."""
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO (named pipe)")."""
     for test, words in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                         (stat.S_ISSOCK, "a socket")):
@@ -62,11 +62,11 @@ def read_user_file(path: str | os.PathLike, what: str, limit: int, error: type[E
     """
     label = str(path) if label is None else label
     if not stat.S_ISREG(mode := os.stat(path).st_mode):
-        raise error(f"{label}: cannot read {what}: it is {_kind(mode)}, not a regular file")
+        raise error(f"{label}: cannot read {what}: it is {file_kind(mode)}, not a regular file")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
-            raise error(f"{label}: cannot read {what}: it is {_kind(mode)}, not a regular file")
+            raise error(f"{label}: cannot read {what}: it is {file_kind(mode)}, not a regular file")
         data = f.read(limit + 1)
     if len(data) > limit:
         raise error(f"{label}: cannot read {what}: larger than {_size(limit)}, the most a "
