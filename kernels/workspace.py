@@ -10,7 +10,6 @@ at once must not share this cache (one stream per process is the supported case)
 """
 from __future__ import annotations
 
-import math
 import os
 from collections import OrderedDict
 
@@ -26,9 +25,8 @@ def _limit_bytes() -> int:
         mb = float(raw)
     except ValueError:
         raise ValueError(f"{ENV_VAR}={raw!r}: expected a number of megabytes") from None
-    if not 0 <= mb < math.inf:  # NaN fails this too
-        raise ValueError(f"{ENV_VAR}={raw!r}: expected a finite non-negative number of "
-                         "megabytes")
+    if mb < 0:
+        raise ValueError(f"{ENV_VAR}={raw!r}: expected a non-negative number of megabytes")
     return int(mb * 2**20)
 
 

@@ -317,16 +317,6 @@ def test_a_recording_refuses_its_files_before_the_block_runs(tmp_path, setup, na
     assert not ran
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
-def test_a_workspace_bound_that_is_no_size_names_the_variable(monkeypatch, value):
-    from tuner.kernels.workspace import Workspace
-
-    monkeypatch.setenv("TUNE_WORKSPACE_MB", value)
-    with pytest.raises(ValueError, match=f"TUNE_WORKSPACE_MB='{value}': expected a finite "
-                                         "non-negative number of megabytes"):
-        Workspace()
-
-
 def test_user_errors_of_every_reader_are_user_errors():
     for _, error in READERS.values():
         assert issubclass(error, UserError)
