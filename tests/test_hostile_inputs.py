@@ -229,6 +229,16 @@ def test_export_of_a_table_that_is_not_one_is_one_line(workdir, text, words, fmt
     assert not (workdir / "out.yaml").exists()
 
 
+def test_lookup_with_tune_config_naming_no_file_is_one_line(workdir, monkeypatch):
+    from tuner import runtime
+
+    monkeypatch.setenv("TUNE_CONFIG", "nope.yaml")
+    runtime.clear_cache()
+    result = invoke(["lookup", "64", "64", "64", "--dtype", "bf16"], workdir)
+    runtime.clear_cache()
+    assert_one_line(result, 1, "gemm-tuner table nope.yaml: No such file or directory")
+
+
 def recording(tmp_path, edit) -> Path:
     doc = json.loads(gzip.decompress((DATA / "recording-h200.json.gz").read_bytes()))
     edit(doc)

@@ -34,6 +34,11 @@ class TableError(UserError, ValueError):
     expected."""
 
 
+class TableMissing(UserError, FileNotFoundError):
+    """A table file that cannot be opened (missing, unreadable): a FileNotFoundError to the
+    runtime's callers, one line to the CLI's."""
+
+
 class Table(NamedTuple):
     """A table file's contents the runtime reads: the device it was tuned on (its name, None
     where it names none) and per op its body (strategy and entries)."""
@@ -50,7 +55,7 @@ def read_document(path: Path) -> tuple[object, str]:
     try:
         data = read_user_file(path, "table", MAX_TABLE_BYTES, TableError, label)
     except OSError as e:
-        raise FileNotFoundError(f"{label}: {e.strerror}") from None
+        raise TableMissing(f"{label}: {e.strerror}") from None
     text = decoded(data, label, TableError)
     return parsed_yaml(text, label, TableError), text
 
