@@ -181,3 +181,14 @@ def test_unknown_variants_to_leave_out_are_named(variants, words):
                                          f"{words}; known: cublas, gemv, general"):
         runtime.get_tuned_config_without(variants, "mm", M=64, N=64, K=64, dtype="bf16",
                                          stride_am=64, stride_bk=64)
+
+
+def test_an_online_cache_that_cannot_be_written_is_refused_at_load(online_expand, monkeypatch):
+    from tuner.errors import UserError
+
+    monkeypatch.setenv("TUNE_ONLINE_CACHE", str(online_expand.parent))  # a folder
+    with pytest.raises(UserError, match=r"gemm-tuner online cache \(\$TUNE_ONLINE_CACHE, else "
+                                        r"beside the expand file\): cannot write .*: it is a "
+                                        "folder"):
+        ask(online_expand)
+    assert sorted(p.name for p in online_expand.parent.iterdir()) == ["e.yaml"]
