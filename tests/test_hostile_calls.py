@@ -192,3 +192,23 @@ def test_an_online_cache_that_cannot_be_written_is_refused_at_load(online_expand
                                         "folder"):
         ask(online_expand)
     assert sorted(p.name for p in online_expand.parent.iterdir()) == ["e.yaml"]
+
+
+@pytest.mark.parametrize("bias", [lambda: torch.randn(1).expand(64), lambda: torch.randn(128)[::2]],
+                         ids=["expanded", "strided"])
+def test_a_bias_that_is_not_contiguous_is_added_as_torch_adds_it(triton_table, monkeypatch,
+                                                                 bias):
+    monkeypatch.setenv("TUNE_EXCLUDE", "cublas")  # a Triton kernel's epilogue adds the bias
+    x, weight = torch.randn(64, 64), torch.randn(64, 64)
+    for _ in range(2):  # the first call, then a later one of the same signature
+        b = bias()
+        torch.testing.assert_close(tuner.linear(x, weight, b),
+                                   torch.nn.functional.linear(x, weight, b),
+                                   atol=1e-3, rtol=1e-3)
+
+
+def test_meta_tensors_give_a_meta_result_as_torch_does(triton_table):
+    a = torch.empty(64, 64, device="meta")
+    for _ in range(2):
+        assert tuner.matmul(a, a).shape == (64, 64) and tuner.matmul(a, a).is_meta
+        assert tuner.linear(a, a, torch.empty(64, device="meta")).is_meta

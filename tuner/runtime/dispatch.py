@@ -128,13 +128,13 @@ def plan(gemm: Gemm) -> tuple[Kernel, Mapping]:
 
 def _compute(gemm: Gemm) -> _Call | None:
     """gemm.out = a @ b (scaled, plus bias) with the tuned config; shapes already checked.
-    Returns the call's plan (None for an empty product, which launches nothing).
+    Returns the call's plan (None for an empty product or meta tensors: nothing launches).
 
     The first call of a key launches through Triton and records its launches; later calls
     re-issue them with their own operands' addresses (kernels/launches.prepare).
     """
     M, N, K = gemm.mnk
-    if M == 0 or N == 0:
+    if M == 0 or N == 0 or gemm.out.device.type == "meta":  # nothing to compute, as torch's
         return None
     if K == 0:
         gemm.out.copy_(torch.zeros_like(gemm.out) if gemm.bias is None
@@ -421,10 +421,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                              or bias.device != x.device):
         raise ValueError(f"linear: bias must be ({weight.shape[0]},) {x.dtype} on {x.device}, "
                          f"got {tuple(bias.shape)} {bias.dtype} on {bias.device}")
+    # The kernels' epilogue reads bias[cols]: an expanded or strided bias is read from a
+    # contiguous copy, and such a call is never replayed (a replay would read the original).
+    copied_bias = bias is not None and bias.shape[0] > 1 and bias.stride(0) != 1
+    if copied_bias:
+        bias = bias.contiguous()
     if not _direct(x, weight, bias):
         return _linear(x, weight, bias, allow_tf32)
     out, call, x2 = _linear_run(x, weight, bias, allow_tf32)
-    # A replay reads x where the first call's launches read x2: the same only for a view.
-    _remember("linear", signature, call, out, x2.data_ptr() == x.data_ptr(),
-              (x, weight, None, bias, None, None), allow_tf32)
+    if not copied_bias:
+        # A replay reads x where the first call's launches read x2: the same only for a view.
+        _remember("linear", signature, call, out, x2.data_ptr() == x.data_ptr(),
+                  (x, weight, None, bias, None, None), allow_tf32)
     return out
