@@ -32,6 +32,7 @@ import triton
 
 from tuner.execution.measure import random_gemm
 from tuner.execution.workers import TaskFailed, Worker, WorkerLost
+from tuner.formats.files import write_text_atomic
 from tuner.kernels import KERNELS, kernel_variants, launches
 from tuner.kernels.calls import meta_gemm
 from tuner.shapes import Shape
@@ -121,10 +122,10 @@ def main(argv=None) -> int:
     for worker in workers:
         worker.close()
     if args.jsonl:
-        with open(args.jsonl, "w") as f:
-            for (shape, _variant, group, estimate, config), outcome in results:
-                f.write(json.dumps({"shape": str(shape), "group": group, "estimate": estimate,
-                                    "config": config, **outcome}) + "\n")
+        write_text_atomic(args.jsonl, "".join(
+            json.dumps({"shape": str(shape), "group": group, "estimate": estimate,
+                        "config": config, **outcome}) + "\n"
+            for (shape, _variant, group, estimate, config), outcome in results))
 
     print(f"# feasibility check vs real compiles — {props.name}, torch {torch.__version__}, "
           f"triton {triton.__version__}, {datetime.now(timezone.utc):%Y-%m-%d}\n")

@@ -21,6 +21,7 @@ import gzip
 import json
 import statistics
 
+from tuner.formats.files import write_bytes_atomic
 from tuner.shapes import Shape, load_shapes
 from tuner.statuses import TrialStatus
 
@@ -42,8 +43,8 @@ def extract(args) -> None:
                                     "trials": measured})
     if len(devices) != 1:
         raise SystemExit(f"the databases hold studies of {len(devices)} devices; give one")
-    with gzip.open(args.output, "wt") as f:
-        json.dump({"device": devices.pop(), "studies": studies}, f)
+    write_bytes_atomic(args.output, gzip.compress(json.dumps(
+        {"device": devices.pop(), "studies": studies}).encode(), mtime=0))
     print(f"{len(studies)} studies -> {args.output}")
 
 

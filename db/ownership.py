@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 
 from tuner.db.migrations import TABLE_PREFIX, VERSION_TABLE
+from tuner.textfiles import file_kind
 
 # Optuna's RDB storage tables (optuna.storages._rdb.models) and its own version table: they
 # share the database with ours (tuner.db.optuna_storage).
@@ -47,6 +48,9 @@ def sqlite_refusal(path: str, create: bool, shown_url: str) -> str | None:
                                     "creates one")
     if os.path.isdir(path):
         return f"{path} is a folder, not a database file (--db {shown_url})"
+    if not os.path.isfile(path):  # SQLite would block on a FIFO, or read /dev/zero as empty
+        kind = file_kind(os.stat(path).st_mode) if os.path.exists(path) else "a broken link"
+        return f"{path} is {kind}, not a database file (--db {shown_url})"
     if os.path.getsize(path) == 0:
         return None if create else (f"{path} is an empty file, not a gemm-tuner database; "
                                     "`tune run` creates one")

@@ -1,6 +1,7 @@
 """The database as a careless or hostile user meets it: a password never printed or stored,
 another application's database never touched, nothing created by a command that only reads,
 and one line for what cannot be opened or found."""
+import os
 import sqlite3
 from pathlib import Path
 
@@ -133,6 +134,21 @@ def test_a_file_that_is_not_sqlite_is_refused_unchanged(shapes_dir):
     with pytest.raises(DatabaseError, match="not a SQLite database"):
         Database("sqlite:///notes.db", create=True).store  # noqa: B018
     assert listing(shapes_dir) == before
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: os.mkfifo(d / "x.db"), "x.db is a FIFO (named pipe), not a database file"),
+    (lambda d: os.symlink("nowhere", d / "x.db"), "x.db is a broken link, not a database file"),
+    (lambda d: os.symlink("/dev/zero", d / "x.db"), "x.db is a character device, not a "
+                                                     "database file"),
+], ids=["fifo", "broken-link", "device"])
+@pytest.mark.parametrize("create", [False, True], ids=["reader", "tuner"])
+def test_a_special_file_is_no_database_for_any_command(shapes_dir, make, words, create):
+    make(shapes_dir)
+    with pytest.raises(DatabaseError) as e:
+        Database("sqlite:///x.db", create=create).store  # noqa: B018
+    assert str(e.value) == f"{words} (--db sqlite:///x.db)"
+    assert sorted(p.name for p in shapes_dir.iterdir()) == ["s.csv", "x.db"]
 
 
 @INTERPRETER

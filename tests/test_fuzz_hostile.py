@@ -69,15 +69,40 @@ def near_valid_table(draw) -> str:
         (entry, "alternates"), (entry, "ms"), (entry, "tuned_shape"), (entry["key"], "M"),
         (entry["key"], "dtype"), (entry["config"], "variant"), (entry["config"], "BLOCK_M"),
         (entry["config"], "BLOCK_K"), (doc["ops"]["mm"]["strategy"], "M")]))
-    target[name] = draw(st.one_of(
-        st.integers(-2**70, 2**70), st.text(max_size=8), st.none(), st.booleans(),
-        st.floats(allow_nan=True), st.sampled_from([[], {}, [1, 2], {"a": 1}, "x" * 5000,
-                                                    "buckets:[" + "9" * 5000 + "]", 48])))
+    target[name] = draw(hostile_values)
+    return yaml.safe_dump(doc)
+
+
+hostile_values = st.one_of(
+    st.integers(-2**70, 2**70), st.text(max_size=8), st.none(), st.booleans(),
+    st.floats(allow_nan=True), st.sampled_from([[], {}, [1, 2], {"a": 1}, "x" * 5000,
+                                                "buckets:[" + "9" * 5000 + "]", 48, [48],
+                                                [0], [-16], ["64"], [2**40]]))
+EXPAND = {"mm_general_tma": [
+    {"config": None, "param_map": {"META": {"BLOCK_M": "block_m", "BLOCK_N": "block_n",
+                                            "BLOCK_K": "block_k"},
+                                   "num_stages": "stages", "num_warps": "warps"},
+     "block_m": [32], "block_n": [32], "block_k": [32], "stages": [2], "warps": [4]},
+    {"strategy": {"M": "log"}}]}
+
+
+@st.composite
+def near_valid_expand(draw) -> str:
+    """A good expand file with one value replaced by something hostile."""
+    doc = json.loads(json.dumps(EXPAND))
+    lists, strategy = doc["mm_general_tma"]
+    target, name = draw(st.sampled_from([
+        (doc, "mm_general_tma"), (lists, "param_map"), (lists["param_map"], "META"),
+        (lists["param_map"], "num_warps"), (lists["param_map"]["META"], "BLOCK_K"),
+        (lists, "block_m"), (lists, "block_k"), (lists, "warps"), (lists, "stages"),
+        (strategy, "strategy"), (strategy["strategy"], "M"), (doc, "mm_splitk")]))
+    target[name] = draw(hostile_values)
     return yaml.safe_dump(doc)
 
 
 yaml_bytes = st.one_of(st.binary(max_size=300), aliases.map(str.encode),
-                       huge_values.map(str.encode), near_valid_table().map(str.encode))
+                       huge_values.map(str.encode), near_valid_table().map(str.encode),
+                       near_valid_expand().map(str.encode))
 
 
 # -- the CLI -------------------------------------------------------------------------------------

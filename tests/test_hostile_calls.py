@@ -137,3 +137,78 @@ def test_a_bad_online_top_k_names_the_variable(online_expand, monkeypatch, value
     with pytest.raises(ValueError, match=f"TUNE_ONLINE_TOP_K='{value}': expected a positive "
                                          "integer"):
         ask(online_expand)
+
+
+def _own(shape):
+    return torch.randn(*shape)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: (lambda x: (x, _own((64, 64)), x))(_own((64, 64))),
+     "matmul: out shares memory with a or b"),
+    (lambda: (lambda y: (_own((64, 64)), y, y))(_own((64, 64))),
+     "matmul: out shares memory with a or b"),
+    (lambda: (lambda buf: (buf[:64], _own((64, 64)), buf[32:96]))(_own((128, 64))),
+     "matmul: out shares memory with a or b"),
+    (lambda: (_own((64, 64)), _own((64, 64)), torch.empty(1, 64).expand(64, 64)),
+     r"matmul: out has elements sharing memory \(strides \(0, 1\)\)"),
+], ids=["out-is-a", "out-is-b", "out-overlaps-a", "out-expanded"])
+def test_an_out_sharing_memory_is_refused_not_computed_wrong(triton_table, make, words):
+    a, b, out = make()
+    with pytest.raises(ValueError, match=words):
+        tuner.matmul(a, b, out=out)
+
+
+def test_an_out_beside_its_inputs_in_one_buffer_is_fine(triton_table):
+    buf, b = torch.randn(128, 64), torch.randn(64, 64)
+    expected = buf[:64] @ b
+    tuner.matmul(buf[:64], b, out=buf[64:])
+    torch.testing.assert_close(buf[64:], expected, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("path, words", [(5, r"got 5 \(int\)"), (["t.yaml"], r"got \[.t.yaml.\]")],
+                         ids=["int", "list"])
+def test_a_path_that_is_no_path_is_a_type_error_naming_it(path, words):
+    with pytest.raises(TypeError, match=f"gemm-tuner: path must be a table file's path .*{words}"):
+        runtime.get_tuned_config("mm", M=64, N=64, K=64, dtype="bf16", stride_am=64,
+                                 stride_bk=64, path=path)
+
+
+@pytest.mark.parametrize("variants, words", [(["cublass"], "cublass"), ([1], "1")],
+                         ids=["typo", "int"])
+def test_unknown_variants_to_leave_out_are_named(variants, words):
+    with pytest.raises(ValueError, match=f"get_tuned_config_without names unknown variant\\(s\\) "
+                                         f"{words}; known: cublas, gemv, general"):
+        runtime.get_tuned_config_without(variants, "mm", M=64, N=64, K=64, dtype="bf16",
+                                         stride_am=64, stride_bk=64)
+
+
+def test_an_online_cache_that_cannot_be_written_is_refused_at_load(online_expand, monkeypatch):
+    from tuner.errors import UserError
+
+    monkeypatch.setenv("TUNE_ONLINE_CACHE", str(online_expand.parent))  # a folder
+    with pytest.raises(UserError, match=r"gemm-tuner online cache \(\$TUNE_ONLINE_CACHE, else "
+                                        r"beside the expand file\): cannot write .*: it is a "
+                                        "folder"):
+        ask(online_expand)
+    assert sorted(p.name for p in online_expand.parent.iterdir()) == ["e.yaml"]
+
+
+@pytest.mark.parametrize("bias", [lambda: torch.randn(1).expand(64), lambda: torch.randn(128)[::2]],
+                         ids=["expanded", "strided"])
+def test_a_bias_that_is_not_contiguous_is_added_as_torch_adds_it(triton_table, monkeypatch,
+                                                                 bias):
+    monkeypatch.setenv("TUNE_EXCLUDE", "cublas")  # a Triton kernel's epilogue adds the bias
+    x, weight = torch.randn(64, 64), torch.randn(64, 64)
+    for _ in range(2):  # the first call, then a later one of the same signature
+        b = bias()
+        torch.testing.assert_close(tuner.linear(x, weight, b),
+                                   torch.nn.functional.linear(x, weight, b),
+                                   atol=1e-3, rtol=1e-3)
+
+
+def test_meta_tensors_give_a_meta_result_as_torch_does(triton_table):
+    a = torch.empty(64, 64, device="meta")
+    for _ in range(2):
+        assert tuner.matmul(a, a).shape == (64, 64) and tuner.matmul(a, a).is_meta
+        assert tuner.linear(a, a, torch.empty(64, device="meta")).is_meta

@@ -1,5 +1,7 @@
 """Shapes CSV and search-space YAML: good files load, bad ones fail with file, line and field."""
 
+import re
+
 import pytest
 
 from tests.factories import INTERPRETER, VARIANTS, error_line, tune
@@ -163,7 +165,8 @@ def test_space_that_is_not_yaml_or_not_a_mapping(tmp_path):
     path.write_bytes(b"kernel: mm\n# caf\xe9\n")
     with pytest.raises(SpaceError, match=r"latin1.yaml:2: expected UTF-8 text, got byte 0xe9"):
         load_space(path, VARIANTS)
-    with pytest.raises(SpaceError, match=r"ctl.yaml:2: not valid YAML \(special characters"):
+    with pytest.raises(SpaceError, match=r"ctl.yaml:2: not valid YAML \((control|special) "
+                       r"characters"):
         load_space(write(tmp_path, "ctl.yaml", "kernel: mm\nparams: \x07\n"), VARIANTS)
     with pytest.raises(SpaceError, match="field '<top level>'"):
         parse_space(["a"], "x.yaml", VARIANTS)
@@ -264,8 +267,9 @@ def test_export_from_a_malformed_table_file_is_one_line(shapes_dir):
     (shapes_dir / "bad.yaml").write_text("format: [\n")
     result = tune("export", "expand", "--table", "bad.yaml", "-o", "out.yaml")
     assert result.exit_code == 1
-    assert error_line(result) == ("Error: gemm-tuner table bad.yaml:2: not valid YAML (expected "
-                                  "the node content, but found '<stream end>')")
+    assert re.fullmatch(r"Error: gemm-tuner table bad.yaml:2: not valid YAML \((did not find "
+                        r"expected node content|expected the node content, but found "
+                        r"'<stream end>')\)", error_line(result))
     assert sorted(p.name for p in shapes_dir.iterdir()) == ["bad.yaml", "s.csv"]
 
 
@@ -397,7 +401,7 @@ def test_malformed_table_yaml_names_the_file_and_line(tmp_path):
     path.write_text("format: gemm-tuner-table/2\nops: [\n")
     runtime.clear_cache()
     with pytest.raises(TableError, match=rf"^gemm-tuner table {path}:3: not valid YAML "
-                                         r"\(expected the node content, but found"):
+                                         r"\(.*expected.* node content"):
         runtime.get_tuned_config("mm", M=64, N=64, K=64, dtype="bf16", stride_am=64,
                                  stride_bk=64, path=path)
     path.write_bytes(b"format: gemm-tuner-table/2\n# \xff\n")

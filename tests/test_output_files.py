@@ -83,3 +83,27 @@ def test_a_later_write_removes_stale_temporaries_of_its_own(tmp_path):
     write_text_atomic(tmp_path / "out.yaml", "a: 1\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["out.yaml", fresh.name, *(p.name for p in others)])
+
+
+def test_a_saved_recording_replaces_the_old_one_whole_or_not_at_all(tmp_path, monkeypatch):
+    from tests.test_replay import RECORDING
+
+    path = tmp_path / "recording.json.gz"
+    path.write_bytes(b"the old recording")
+
+    def interrupted(_fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        RECORDING.save(path)
+    assert listing(tmp_path) == {"recording.json.gz": b"the old recording"}
+
+
+def test_replay_refuses_save_recording_beside_a_recording(tmp_path):
+    result = tune("replay", "--recording", str(tmp_path / "r.gz"), "--save-recording",
+                  str(tmp_path / "copy.gz"))
+    assert result.exit_code == 2
+    assert error_line(result) == ("Error: --save-recording writes the recording read from "
+                                  "--db; with --recording there is none to save")
+    assert list(tmp_path.iterdir()) == []

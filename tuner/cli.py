@@ -292,6 +292,9 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
     from tuner.reports import replay_strategies
     from tuner.search.replay import STRATEGIES
 
+    if recording_path and save_recording:
+        raise click.UsageError("--save-recording writes the recording read from --db; "
+                               "with --recording there is none to save")
     chosen = []
     for name in strategies.split(","):
         if name not in STRATEGIES:

@@ -50,9 +50,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tuner.dtypes import NAME_OF_TORCH_DTYPE
 from tuner.filelock import locked_beside
-from tuner.formats.files import write_text_atomic
+from tuner.formats.files import check_writable, write_text_atomic
 from tuner.gemm_calls import KERNEL_DTYPE_NAMES, KERNEL_DTYPES, folded_bmm, is_bias_row
-from tuner.shapes import Shape, ShapesError, load_shapes, write_shapes
+from tuner.shapes import MAX_SHAPES_BYTES, Shape, ShapesError, load_shapes, write_shapes
+from tuner.textfiles import decoded, read_user_file
 
 ENV_VAR = "TUNE_RECORD"
 _RECORDED = {torch.ops.aten.mm: "mm", torch.ops.aten.addmm: "addmm",
@@ -144,6 +145,11 @@ class Recording:
         self._mode = _Seen(self)
 
     def __enter__(self) -> Recording:
+        # What the block's end would refuse is refused before it runs: a model may run long.
+        for path, read in ((self.path, load_shapes), (skipped_path(self.path), read_skipped)):
+            check_writable(path)
+            if path.exists():
+                read(path)
         self._mode.__enter__()
         return self
 
@@ -191,8 +197,9 @@ def merged(existing: list[Shape], counts: Counter[Shape]) -> list[Shape]:
 def read_skipped(path: Path) -> Counter[Skipped]:
     """A skipped file's calls and counts; ShapesError naming the file where it is not one."""
     counts: Counter[Skipped] = Counter()
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
+    data = read_user_file(path, "skipped-calls file", MAX_SHAPES_BYTES, ShapesError)
+    reader = csv.DictReader(io.StringIO(decoded(data, str(path), ShapesError), newline=""))
+    try:
         if tuple(reader.fieldnames or ()) != (*SKIPPED_COLUMNS, "count"):
             raise ShapesError(f"{path}:1: expected the header {','.join(SKIPPED_COLUMNS)},count")
         for row in reader:
@@ -203,6 +210,8 @@ def read_skipped(path: Path) -> Counter[Skipped]:
             except (TypeError, ValueError):
                 raise ShapesError(f"{path}:{reader.line_num}: expected integers in batch, M, "
                                   "N, K and count") from None
+    except csv.Error as e:  # a NUL byte, a field past csv's size limit
+        raise ShapesError(f"{path}:{reader.line_num}: expected CSV text ({e})") from None
     return counts
 
 

@@ -87,10 +87,10 @@ def replay_strategies(db, recording_path: str | None, device_selector: str | Non
         recording = replays.Recording.load(recording_path)
     else:
         recording = recording_from_db(db.store, device_selector, reporter)
-        if save_recording:
-            recording.save(save_recording)
     if not recording.shapes:
         raise replays.ReplayError("the recording holds no shape measured exhaustively")
+    if save_recording:
+        recording.save(save_recording)
     curves = replays.compare(recording, strategies, seeds, trials, in_flight, jobs)
     out(f"# search strategies replayed on {len(recording.shapes)} recorded shapes "
         f"({recording.device.name}), {seeds} seeds, {in_flight} configs in flight\n")

@@ -184,13 +184,25 @@ PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
 ANY_COUNT = (lambda v: v >= 0, "non-negative integers")
 
 
+def allowed_value(name: str, value: object) -> bool:
+    """Whether `value` is one parameter `name` may take: an integer (not a bool) its rule in
+    PARAM_RULES allows. The one check of a parameter's value, for a search space's lists, a
+    table's configs (tuner.formats.table) and an expand file's lists (tuner.formats.flaggems)."""
+    allowed, _ = PARAM_RULES.get(name, ANY_COUNT)
+    return isinstance(value, int) and not isinstance(value, bool) and allowed(value)
+
+
+def allowed_words(name: str) -> str:
+    """What parameter `name` may take, in words ("powers of two from 1 to 4096 ...")."""
+    return PARAM_RULES.get(name, ANY_COUNT)[1]
+
+
 def _int_values(source: str, name: str, values) -> tuple[int, ...]:
-    allowed, words = PARAM_RULES.get(name, ANY_COUNT)
-    expected = f"a non-empty list of {words}"
+    expected = f"a non-empty list of {allowed_words(name)}"
     if not isinstance(values, list) or not values:
         raise _fail(source, f"params.{name}", expected, values)
     for v in values:
-        if not isinstance(v, int) or isinstance(v, bool) or not allowed(v):
+        if not allowed_value(name, v):
             raise SpaceError(f"{source}: field {quoted(f'params.{name}')}: expected "
                              f"{expected}, got {quoted(v)} in {quoted(values)}")
     return tuple(dict.fromkeys(values))

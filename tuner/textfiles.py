@@ -14,6 +14,7 @@ import os
 import stat
 
 import yaml
+from yaml.composer import Composer
 
 MiB = 1 << 20
 # The most nodes aliases (`*name`) may add to a YAML document beyond those written out: a
@@ -34,8 +35,8 @@ def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
     return clipped(repr(value), limit)
 
 
-def _kind(mode: int) -> str:
-    """What a file that is not a regular file is, in words."""
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO (named pipe)")."""
     for test, words in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                         (stat.S_ISSOCK, "a socket")):
@@ -61,11 +62,11 @@ def read_user_file(path: str | os.PathLike, what: str, limit: int, error: type[E
     """
     label = str(path) if label is None else label
     if not stat.S_ISREG(mode := os.stat(path).st_mode):
-        raise error(f"{label}: cannot read {what}: it is {_kind(mode)}, not a regular file")
+        raise error(f"{label}: cannot read {what}: it is {file_kind(mode)}, not a regular file")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
-            raise error(f"{label}: cannot read {what}: it is {_kind(mode)}, not a regular file")
+            raise error(f"{label}: cannot read {what}: it is {file_kind(mode)}, not a regular file")
         data = f.read(limit + 1)
     if len(data) > limit:
         raise error(f"{label}: cannot read {what}: larger than {_size(limit)}, the most a "
@@ -84,7 +85,22 @@ def decoded(data: bytes, label: str, error: type[Exception]) -> str:
                     f"0x{data[e.start]:02x}") from None
 
 
-class BoundedLoader(yaml.SafeLoader):
+if yaml.__with_libyaml__:
+    class _SafeParsing(Composer, yaml.CSafeLoader):
+        """yaml.safe_load's loader reading events with libyaml's parser (a few times faster
+        than PyYAML's own, which takes over a second on a table of some hundred entries) but
+        composing them with PyYAML's composer: libyaml's recurses in C, so a document nested
+        some 100,000 deep would overflow the stack (a crash, not an error), where PyYAML's
+        stops at Python's recursion limit; and a composed graph is what BoundedLoader checks."""
+
+        def __init__(self, stream):
+            yaml.CSafeLoader.__init__(self, stream)
+            Composer.__init__(self)
+else:  # a PyYAML built without libyaml
+    _SafeParsing = yaml.SafeLoader
+
+
+class BoundedLoader(_SafeParsing):
     """yaml.safe_load's loader, refusing a document whose aliases would expand it by more
     than MAX_ALIAS_NODES nodes, or refer to a node inside itself, once the node graph is
     composed and before any Python object is built from it. The graph itself is as large as
@@ -92,8 +108,10 @@ class BoundedLoader(yaml.SafeLoader):
     what is unbounded is whatever walks the built document."""
 
     def get_single_node(self):
+        # The composer files the document's anchors here, and swaps in a new dict after it.
+        anchors = self.anchors
         node = super().get_single_node()
-        if node is not None:
+        if node is not None and anchors:  # no anchor, no alias: the graph is the text's size
             _check_expansion(node)
         return node
 

@@ -75,8 +75,13 @@ def write_atomic(path: str | Path, doc: dict) -> None:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write text to a temporary file beside `path`, then rename it over `path`: a reader
-    sees the old file or the new one, never half of one."""
+    """Write text (UTF-8) to a temporary file beside `path`, then rename it over `path`: a
+    reader sees the old file or the new one, never half of one."""
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write bytes as write_text_atomic writes text (a packed recording, tuner.search.replay)."""
     path = Path(path)
     with _terminate_raises():
         try:
@@ -89,8 +94,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
                       else f"{e.strerror} ({e.filename or path.parent})")
             raise OutputError(f"cannot write {path}: {reason}") from None
         try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644)  # mkstemp makes it private; an export is meant to be shipped

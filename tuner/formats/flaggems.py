@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from tuner.bucketing.strategies import KEY_FIELDS
+from tuner.errors import UserError
+from tuner.textfiles import clipped, quoted
 
 MM_OP, GEMV_OP, SPLITK_OP = "mm_general_tma", "gemv", "mm_splitk"
 REFERENCE_MATMUL = "matmul"  # the reference Hopper mm.py's name for mm_general_tma's space
@@ -113,23 +115,57 @@ def op_bodies(doc: Mapping) -> dict[str, list]:
     return {name: body for name, body in doc.items() if _lists_part(body) is not None}
 
 
-def read_op(name: str, body: list) -> OpLists:
-    """One op's entry as OpLists under our parameter names (a list the param_map names but
-    the entry lacks is left out), its strategy with FlagGems' default for each field it leaves
-    out; ValueError, TypeError or AttributeError where the entry is malformed."""
+class ExpandError(UserError, ValueError):
+    """An expand file the runtime cannot use: one line naming the file, the field and what
+    was expected."""
+
+
+def read_op(name: str, body: list, label: str) -> OpLists:
+    """One op's entry (one `op_bodies` gives) as OpLists under our parameter names, its
+    strategy with FlagGems' default for each field it leaves out.
+
+    ExpandError, starting with `label`, naming the field where the entry is not one FlagGems
+    reads and our kernels can run: its param_map maps parameters to names of lists the entry
+    holds (each list FlagGems enumerates for the op among them), each list a non-empty list of
+    values the parameter may take (tuner.space.allowed_value, the rule a table's configs are
+    checked by), its strategy a mapping of key fields."""
+    from tuner.space import allowed_value, allowed_words
+
+    def bad(field: str, problem: str, param: str | None = None) -> ExpandError:
+        of = "" if param is None else f" ({param})"
+        return ExpandError(f"{label}: field '{name}.{clipped(field)}'{of}: {problem}")
+
     part = _lists_part(body)
-    if part is None:
-        raise ValueError(f"{name}: no element with a param_map")
-    strategy = next((p[_STRATEGY] for p in body if isinstance(p, dict)
-                     and isinstance(p.get(_STRATEGY), dict)), {})
-    param_map = part[_PARAM_MAP] or {}
-    names = {**(param_map.get(_META) or {}),
-             **{p: param_map[p] for p in LAUNCH_OPTION_NAMES if p in param_map}}
+    param_map = part[_PARAM_MAP]
+    meta = param_map.get(_META) if isinstance(param_map, dict) else None
+    if not isinstance(meta, dict):
+        raise bad(_PARAM_MAP, f"expected a mapping with {_META} (parameter to list name), "
+                  f"num_stages and num_warps, got {quoted(param_map)}")
+    names = {**{p: (f"{_META}.{p}", n) for p, n in meta.items()},
+             **{p: (p, param_map[p]) for p in LAUNCH_OPTION_NAMES if p in param_map}}
+    for param in ENUMERATED.get(MM_OP if name == REFERENCE_MATMUL else name, ()):
+        if param not in names:
+            raise bad(f"{_PARAM_MAP}.{param if param in LAUNCH_OPTION_NAMES else _META}",
+                      f"names no list for {param}, which FlagGems reads")
     lists = {}
-    for ours, list_name in names.items():
-        values = part.get(list_name)
-        if values is not None:
-            lists[ours] = list(values) if isinstance(values, list) else [values]
+    for ours, (field, list_name) in names.items():
+        if not isinstance(list_name, str) or list_name not in part:
+            raise bad(f"{_PARAM_MAP}.{field}", f"expected the name of a list this entry "
+                      f"holds, got {quoted(list_name)}")
+        values = part[list_name]
+        expected = f"expected a non-empty list of {allowed_words(ours)}"
+        if not isinstance(values, list) or not values:
+            raise bad(list_name, f"{expected}, got {quoted(values)}", ours)
+        for value in values:
+            if not allowed_value(ours, value):
+                raise bad(list_name, f"{expected}, got {quoted(value)} in {quoted(values)}",
+                          ours)
+        lists[ours] = list(values)
+    strategy = next((p[_STRATEGY] for p in body if isinstance(p, dict) and _STRATEGY in p),
+                    {})
+    if not isinstance(strategy, dict) or any(f not in KEY_FIELDS for f in strategy):
+        raise bad(_STRATEGY, f"expected a mapping of some of {', '.join(KEY_FIELDS)} to a "
+                  f"bucketing strategy, got {quoted(strategy)}")
     return OpLists(name, tuple(lists), lists,
                    {f: str(strategy.get(f, DEFAULT_FIELD_STRATEGY[f])) for f in KEY_FIELDS})
 

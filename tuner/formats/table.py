@@ -34,6 +34,11 @@ class TableError(UserError, ValueError):
     expected."""
 
 
+class TableMissing(UserError, FileNotFoundError):
+    """A table file that cannot be opened (missing, unreadable): a FileNotFoundError to the
+    runtime's callers, one line to the CLI's."""
+
+
 class Table(NamedTuple):
     """A table file's contents the runtime reads: the device it was tuned on (its name, None
     where it names none) and per op its body (strategy and entries)."""
@@ -50,7 +55,7 @@ def read_document(path: Path) -> tuple[object, str]:
     try:
         data = read_user_file(path, "table", MAX_TABLE_BYTES, TableError, label)
     except OSError as e:
-        raise FileNotFoundError(f"{label}: {e.strerror}") from None
+        raise TableMissing(f"{label}: {e.strerror}") from None
     text = decoded(data, label, TableError)
     return parsed_yaml(text, label, TableError), text
 
@@ -75,7 +80,7 @@ def read_table(path: Path, doc: object = None,
     """The table at `path` (its document `doc`, where already read); FileNotFoundError where
     it cannot be read, TableError (a ValueError) naming the field where it is not a
     TABLE_FORMAT document whose entries the runtime can use: each key's sizes, strides and
-    dtype, and each config's values by the space rules (tuner.space.PARAM_RULES). With
+    dtype, and each config's values by the space rules (tuner.space.allowed_value). With
     `variants` (per op, per variant, the parameters a config holds: the installed kernels'),
     also each op, each config's variant and the parameters it names."""
     if doc is None:
@@ -193,7 +198,7 @@ def _check_config(label: str, field: str, config,
     """TableError naming what is wrong with a config: it must be a mapping with a variant
     (one of `variants`, holding each of that variant's parameters, where given; others are
     not read), each other value an integer the space rules allow."""
-    from tuner.space import ANY_COUNT, PARAM_RULES
+    from tuner.space import allowed_value, allowed_words
 
     if not isinstance(config, dict) or not isinstance(config.get("variant"), str):
         raise _bad(label, field, f"expected a mapping with a variant, got {quoted(config)}")
@@ -210,10 +215,9 @@ def _check_config(label: str, field: str, config,
     for name, value in config.items():
         if name == "variant":
             continue
-        allowed, words = PARAM_RULES.get(name, ANY_COUNT)
-        if not _integer(value) or not allowed(value):
-            raise _bad(label, f"{field}.{clipped(str(name))}", f"expected {words}, got "
-                       f"{quoted(value)}")
+        if not allowed_value(name, value):
+            raise _bad(label, f"{field}.{clipped(str(name))}", f"expected "
+                       f"{allowed_words(name)}, got {quoted(value)}")
 
 
 def _integer(value) -> bool:

@@ -128,13 +128,13 @@ def plan(gemm: Gemm) -> tuple[Kernel, Mapping]:
 
 def _compute(gemm: Gemm) -> _Call | None:
     """gemm.out = a @ b (scaled, plus bias) with the tuned config; shapes already checked.
-    Returns the call's plan (None for an empty product, which launches nothing).
+    Returns the call's plan (None for an empty product or meta tensors: nothing launches).
 
     The first call of a key launches through Triton and records its launches; later calls
     re-issue them with their own operands' addresses (kernels/launches.prepare).
     """
     M, N, K = gemm.mnk
-    if M == 0 or N == 0:
+    if M == 0 or N == 0 or gemm.out.device.type == "meta":  # nothing to compute, as torch's
         return None
     if K == 0:
         gemm.out.copy_(torch.zeros_like(gemm.out) if gemm.bias is None
@@ -185,6 +185,32 @@ def _check_tensors(name: str, required: dict, optional: dict) -> None:
             expected = "a torch.Tensor" + ("" if label in required else " or None")
             raise TypeError(f"{name}: {label} must be {expected}, got "
                             f"{type(value).__name__}")
+
+
+def _check_out_memory(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """ValueError where `out` has elements sharing memory (an expanded tensor: torch refuses
+    it too) or shares memory with a or b: the kernels write tiles of out while still reading
+    a and b, so either would give a wrong product without a word. Checked with the call's
+    other checks, on the first call of a signature (later calls of it skip them)."""
+    if torch._debug_has_internal_overlap(out) == 1:  # torch's own test for out= arguments
+        raise ValueError(f"matmul: out has elements sharing memory (strides {out.stride()}); "
+                         "pass one whose every element is its own")
+    if out.device.type != "meta" and any(_overlap(out, t) for t in (a, b)):
+        raise ValueError("matmul: out shares memory with a or b; pass an out of its own")
+
+
+def _overlap(t: torch.Tensor, u: torch.Tensor) -> bool:
+    """Whether the byte ranges two tensors' elements span meet."""
+    if t.numel() == 0 or u.numel() == 0:
+        return False
+    (t0, t1), (u0, u1) = _span(t), _span(u)
+    return t0 < u1 and u0 < t1
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The first byte of a tensor's elements and the byte past its last."""
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
 
 def _new_out(a: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -356,6 +382,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
                             or out.device != a.device):
         raise ValueError(f"matmul: out must be {M}×{N} {out_dtype} on {a.device}, got "
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    if out is not None:
+        _check_out_memory(out, a, b)
     if not _direct(a, b, out):
         if out is None:
             return _mm(a, b, scale_a, scale_b, allow_tf32)
@@ -393,10 +421,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
                              or bias.device != x.device):
         raise ValueError(f"linear: bias must be ({weight.shape[0]},) {x.dtype} on {x.device}, "
                          f"got {tuple(bias.shape)} {bias.dtype} on {bias.device}")
+    # The kernels' epilogue reads bias[cols]: an expanded or strided bias is read from a
+    # contiguous copy, and such a call is never replayed (a replay would read the original).
+    copied_bias = bias is not None and bias.shape[0] > 1 and bias.stride(0) != 1
+    if copied_bias:
+        bias = bias.contiguous()
     if not _direct(x, weight, bias):
         return _linear(x, weight, bias, allow_tf32)
     out, call, x2 = _linear_run(x, weight, bias, allow_tf32)
-    # A replay reads x where the first call's launches read x2: the same only for a view.
-    _remember("linear", signature, call, out, x2.data_ptr() == x.data_ptr(),
-              (x, weight, None, bias, None, None), allow_tf32)
+    if not copied_bias:
+        # A replay reads x where the first call's launches read x2: the same only for a view.
+        _remember("linear", signature, call, out, x2.data_ptr() == x.data_ptr(),
+                  (x, weight, None, bias, None, None), allow_tf32)
     return out

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from tuner.textfiles import quoted
+
 EXCLUDE_ENV_VAR = "TUNE_EXCLUDE"
 
 
@@ -17,13 +19,20 @@ def excluded_variants() -> frozenset[str]:
     for a name no registered kernel has."""
     names = frozenset(name.strip() for name in os.environ.get(EXCLUDE_ENV_VAR, "").split(",")
                       if name.strip())
+    return checked_variant_names(names, EXCLUDE_ENV_VAR)
+
+
+def checked_variant_names(names: frozenset, where: str) -> frozenset[str]:
+    """`names` where each is a variant of a registered kernel; else ValueError, one line
+    starting with `where`, naming the unknown ones and the known."""
     if not names:
         return names
     from tuner.kernels import KERNELS
 
     known = {variant.name for kernel in KERNELS.values() for variant in kernel.variants}
-    unknown = sorted(names - known)
+    unknown = sorted(quoted(name) if not isinstance(name, str) else name
+                     for name in names - known)
     if unknown:
-        raise ValueError(f"gemm-tuner: {EXCLUDE_ENV_VAR} names unknown variant(s) "
+        raise ValueError(f"gemm-tuner: {where} names unknown variant(s) "
                          f"{', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return names

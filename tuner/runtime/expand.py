@@ -13,7 +13,9 @@ align32, dtype exact). Its ops map to ours:
 - `mm_splitk`, where present: more mm candidates, of the `splitk` variant;
 - `gemv`: the gemv kernel.
 
-A parameter the lists lack takes the op's default config's value (GROUP_M 8); pad is 0.
+A parameter the lists lack takes the op's default config's value (GROUP_M 8); pad is 0. The
+file is checked whole as it loads: each list's values by the rules a table's configs are
+checked by, each list FlagGems reads there, each op able to make configs of its variants.
 Which config of the product answers a bucket, decided on the first key seen in it:
 
 - by default the analytical model's pick (tuner.model.predict.fastest_of) among the configs
@@ -42,6 +44,7 @@ from tuner.formats.flaggems import (
     MM_OP,
     REFERENCE_MATMUL,
     SPLITK_OP,
+    ExpandError,
     op_bodies,
     read_op,
 )
@@ -66,8 +69,8 @@ class ExpandOp:
     """One FlagGems op of the file: its value lists under our parameter names, and its
     bucketing strategy (every KEY_FIELDS field)."""
 
-    def __init__(self, name: str, body: list):
-        lists = read_op(name, body)
+    def __init__(self, name: str, body: list, label: str):
+        lists = read_op(name, body, label)
         self.name = name
         self.values: dict[str, list] = dict(lists.lists)
         self.strategy: dict[str, str] = dict(lists.strategy)
@@ -92,6 +95,30 @@ class ExpandOp:
         for values in self.values.values():
             count *= len(values)
         return count
+
+
+def _check_sources(label: str, sources: Mapping[str, list[tuple[ExpandOp, tuple]]]) -> None:
+    """ExpandError or BucketingError, starting with `label`, where an op's lists cannot make a
+    config of each variant it answers with (a parameter with neither a list nor a default,
+    e.g. mm_splitk without SPLIT_K) or its strategy cannot bucket a key: at load, not at the
+    first key of the op."""
+    from tuner.runtime.runnable import installed_variants
+
+    installed = installed_variants() or {}
+    probe = dict.fromkeys(KEY_FIELDS, 1) | {"dtype": "bf16"}
+    for op, present in sources.items():
+        for source, variants in present:
+            try:
+                bucket_key(probe, source.strategy)
+            except BucketingError as e:
+                raise BucketingError(f"{label}: field '{source.name}.strategy': {e}") from None
+            for variant in variants:
+                params = installed.get(op, {}).get(variant, ())
+                missing = [p for p in params if p not in ("variant", "pad")
+                           and p not in source.values and p not in DEFAULT_CONFIGS[op]]
+                if missing:
+                    raise ExpandError(f"{label}: field '{source.name}': {variant} configs "
+                                      f"need a list for each of {', '.join(missing)}")
 
 
 class ExpandQuestion(Question):
@@ -157,12 +184,11 @@ class ExpandTable(TableSource):
         super().__init__(path, header_device(text))
         # Per (op, bucket, excluded variants): the answer of the bucket's first key.
         self.by_bucket: dict[tuple, TunedConfig] = {}
-        self.expand_ops: dict[str, ExpandOp] = {}
-        for name, body in op_bodies(doc).items():
-            try:
-                self.expand_ops[name] = ExpandOp(name, body)
-            except (ValueError, TypeError, AttributeError) as e:
-                raise ValueError(f"gemm-tuner expand file {path}: {e}") from None
+        label = f"gemm-tuner expand file {path}"
+        read = {name for sources in SOURCES.values() for name, _ in sources}
+        self.expand_ops: dict[str, ExpandOp] = {
+            name: ExpandOp(name, body, label) for name, body in op_bodies(doc).items()
+            if name in read}  # a FlagGems op of other kernels is neither read nor checked
         # Per our op: [(expand op, its variants)], the first giving the strategy.
         self.sources: dict[str, list[tuple[ExpandOp, tuple[str, ...]]]] = {}
         for op, sources in SOURCES.items():
@@ -173,12 +199,7 @@ class ExpandTable(TableSource):
                 present = general + [s for s in present if s[0].name == SPLITK_OP]
             if present:
                 self.sources[op] = present
-        try:
-            for sources in self.sources.values():
-                bucket_key(dict.fromkeys(KEY_FIELDS, 1) | {"dtype": "bf16"},
-                           sources[0][0].strategy)
-        except BucketingError as e:
-            raise BucketingError(f"gemm-tuner expand file {path}: {e}") from None
+        _check_sources(label, self.sources)
         self.online = None
         if os.environ.get(ONLINE_ENV_VAR) == "1":
             from tuner.runtime.online import OnlineCache

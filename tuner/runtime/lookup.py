@@ -24,6 +24,7 @@ from tuner.formats.table import (
 )
 from tuner.runtime import fallback
 from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
+from tuner.runtime.exclude import checked_variant_names
 from tuner.runtime.policy import TABLE_POLICY, Question
 from tuner.runtime.runnable import installed_variants
 from tuner.runtime.source import TableSource
@@ -154,6 +155,9 @@ def open_table(path: Path | None) -> TunedTable:
 
 
 def _load(path: str | os.PathLike) -> TunedTable:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"gemm-tuner: path must be a table file's path (str or os.PathLike) "
+                        f"or None, got {quoted(path)} ({type(path).__name__})")
     table = _tables[path] = open_table(Path(path))
     return table
 
@@ -179,7 +183,11 @@ def get_tuned_config(op: str, *, M: int, N: int, K: int, dtype: str, stride_am: 
     if path is None:
         table = _default_table or _load_default()
     else:
-        table = _tables.get(path) or _load(path)
+        try:
+            table = _tables.get(path)
+        except TypeError:  # unhashable: no path; _load says so
+            table = None
+        table = table or _load(path)
     raw = (op, M, N, K, stride_am, stride_bk, dtype)
     config = table.memo.get(raw)
     return config if config is not None else table.lookup(_checked(raw))
@@ -199,7 +207,10 @@ def get_tuned_config_without(variants: Iterable[str], op: str, *, M: int, N: int
     excluded = frozenset(variants)
     raw = (op, M, N, K, stride_am, stride_bk, dtype, excluded)
     config = table.memo.get(raw)
-    return config if config is not None else table.lookup(_checked(raw), excluded)
+    if config is not None:
+        return config
+    checked_variant_names(excluded, "get_tuned_config_without")
+    return table.lookup(_checked(raw), excluded)
 
 
 # The largest size a key may state: Triton's int32 arguments.
@@ -236,7 +247,11 @@ def _table_at(path: str | os.PathLike | None) -> TunedTable:
     inlines this: a call costs more than its memoised lookup)."""
     if path is None:
         return _default_table or _load_default()
-    return _tables.get(path) or _load(path)
+    try:
+        table = _tables.get(path)
+    except TypeError:  # unhashable: no path; _load says so
+        table = None
+    return table or _load(path)
 
 
 def clear_cache() -> None:

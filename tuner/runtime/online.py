@@ -40,7 +40,7 @@ from pathlib import Path
 from tuner.bucketing.strategies import KEY_FIELDS, bucket_key
 from tuner.filelock import locked_beside
 from tuner.formats.device import device_block
-from tuner.formats.files import write_atomic
+from tuner.formats.files import OutputError, check_writable, write_atomic
 from tuner.formats.table import (
     checked_document,
     document_device,
@@ -123,7 +123,15 @@ class OnlineCache:
 
     @classmethod
     def beside(cls, expand_path: str | os.PathLike) -> OnlineCache:
-        return cls(cache_path(expand_path))
+        """The cache of an expand file; OutputError now where it could not be written (a
+        missing or read-only folder, a FIFO): at load, not at the first bucket's timing."""
+        path = cache_path(expand_path)
+        try:
+            check_writable(path)
+        except OutputError as e:
+            raise OutputError(f"gemm-tuner online cache (${CACHE_ENV_VAR}, else beside the "
+                              f"expand file): {e}") from None
+        return cls(path)
 
     # -- the environment ------------------------------------------------------------------
     @property

@@ -52,8 +52,9 @@ class TableSource(ABC):
     - with TUNE_LOG=1, one line per key on the "tuner.runtime" logger.
 
     A file is checked whole as it loads (our table's entries against the installed kernels,
-    tuner.formats.table.read_table): a bad entry is one error then, not one at its key's first
-    call. The model loads on the first key that needs it.
+    tuner.formats.table.read_table; an expand file's lists by the same rules,
+    tuner.formats.flaggems.read_op): a bad entry is one error then, not one at its key's
+    first call. The model loads on the first key that needs it.
     """
 
     def __init__(self, path: Path | None, device_name: str | None):

@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 
 from tuner.devices import DeviceInfo
 from tuner.errors import UserError
+from tuner.formats.files import write_bytes_atomic
 from tuner.kernels import KERNELS, kernel_variants
 from tuner.kernels.calls import meta_gemm
 from tuner.search.samplers import make_sampler
@@ -72,7 +73,7 @@ class Recording:
              "kernel": r.kernel, "space": r.space.to_yaml(),
              "configs": [[dict(sig), tf] for sig, tf in r.tflops.items()]}
             for r in self.shapes]}
-        Path(path).write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+        write_bytes_atomic(path, gzip.compress(json.dumps(doc).encode(), mtime=0))
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
