@@ -129,6 +129,7 @@ def run(args) -> None:
     from tuner.space import config_signature
 
     shapes = [Shape.from_label(label) for label in args.rows]
+    args.rows = [str(shape) for shape in shapes]  # the children's labels are these keys
     budgets = [float(b) for b in args.budgets.split(",")]
     result = {"device": device_line(), "table": args.table, "budgets": budgets,
               "trials": args.trials, "shapes": []}
