@@ -7,14 +7,18 @@ from hypothesis import strategies as st
 
 from tests.factories import examples
 from tuner.bucketing.search import (
+    DEFAULT_CANDIDATES,
     SEARCHED_FIELDS,
     BucketSearchError,
     Member,
     could_share,
+    covers,
     needed_configs,
     search,
     signature,
+    sweep_candidates,
 )
+from tuner.bucketing.strategies import strategy_function
 from tuner.shapes import Shape
 
 FINE_AND_LOG = {f: ("default", "log") for f in SEARCHED_FIELDS}
@@ -110,3 +114,52 @@ def test_the_choice_keeps_the_budget_and_the_front_is_undominated(ms, data, budg
     assert any(worst == 0.0 and rows <= len(members) for rows, _, _, worst in scores)
     assert result.chosen.size <= len(members)  # never larger than all exact
     assert all(math.isfinite(a.max_regret) for a in result.pareto)
+
+
+# -- a sweep over M (tune run --m, tune buckets --m) ----------------------------------------------
+SWEEP = (1, 2, 4, 8, 16, 32, 64)
+
+
+def test_a_sweeps_m_candidates_are_those_covering_every_m_up_to_its_largest():
+    candidates = sweep_candidates(SWEEP, DEFAULT_CANDIDATES)
+    assert candidates[0] == "buckets:[1,2,4,8,16,32,64]"
+    # exact, align8 and align16 leave Ms between swept ones (3; 24; 48) in buckets of their own
+    assert candidates[1:] == ("align32", "align64", "align128", "log",
+                              "buckets:[1,16,128,1024,8192,65536]",
+                              "buckets:[1,32,1024,32768,1048576]")
+    for name in DEFAULT_CANDIDATES:
+        strategy = strategy_function(name)
+        every_m = all(strategy(m) in {strategy(s) for s in SWEEP} for m in range(1, 65))
+        assert covers(strategy, SWEEP) == every_m, name
+    # a sweep from 16 up: below it only a bucket reaching down to 1 covers
+    assert sweep_candidates((16, 32, 64), ("default", "log", "buckets:[64]")) == (
+        "buckets:[16,32,64]", "buckets:[64]")
+
+
+def _sweep_search(sharing_costs: float, swept=("M",)):
+    members = [member(m) for m in SWEEP[1:]]  # M = 1 is gemv's
+    times = {(m.shape, signature(o.winner)): 1.0 if m is o else 1.0 + sharing_costs
+             for m in members for o in members}
+    candidates = dict(FINE_AND_LOG)
+    if swept:
+        candidates["M"] = sweep_candidates(SWEEP, DEFAULT_CANDIDATES)
+    return members, search(members, times, candidates, max_regret=0.02, swept=swept).chosen
+
+
+@pytest.mark.parametrize("sharing_costs, rows", [(0.5, 6), (0.01, 2)])
+def test_a_swept_m_shares_by_regret_and_every_m_falls_in_a_bucket(sharing_costs, rows):
+    """Each M gets its own winner where sharing costs more than the budget; where it costs
+    less, the coarsest candidates' two buckets (2..16 and 32..64, or 2..32 and 64); either
+    way, every M from 2 to 64 falls in a bucket of the sweep."""
+    members, chosen = _sweep_search(sharing_costs)
+    assert chosen.rows == rows and chosen.widened == 0
+    strategy = strategy_function(chosen.strategy["M"])
+    buckets = {b.key[0] for b in chosen.buckets}
+    assert all(strategy(m) in buckets for m in range(2, 65))
+
+
+def test_without_the_sweep_the_unshared_ms_stay_exact():
+    """The same shapes listed, not swept: a bucket of one shape reaching Ms nobody listed is a
+    widened singleton, left to the runtime's nearest fallback."""
+    _, chosen = _sweep_search(0.5, swept=())
+    assert chosen.strategy["M"] == "default" and chosen.rows == 6

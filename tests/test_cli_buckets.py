@@ -8,6 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from tuner import runtime
+from tuner.bucketing.search import DEFAULT_CANDIDATES, sweep_candidates
 from tuner.bucketing.strategies import bucket_key
 from tuner.cli import main
 
@@ -109,3 +110,26 @@ def test_interpret_backend_needs_no_environment_variable(tmp_path):
         capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 1
     assert "no database at" in done.stderr and "TRITON_INTERPRET" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_swept_m_gets_a_bucket_entry_at_every_m(tmp_path):
+    """`tune run --m`, `tune buckets --m`, `tune export table`: every M up to the largest
+    swept one is answered by a bucket's entry, a config measured on a swept shape, and none by
+    the fallback."""
+    (tmp_path / "shapes.csv").write_text("M,N,K,dtype,layout\n8,48,64,bf16,nn\n")
+    (tmp_path / "space.yaml").write_text(EXACT_SPACE)
+    sweep = ("--shapes", str(tmp_path / "shapes.csv"), "--m", "2-16", "--backend", "interpret")
+    tune(tmp_path, "run", *sweep, "--space", str(tmp_path / "space.yaml"), "--trials", "2",
+         "--polish", "0")
+    chosen = tune(tmp_path, "buckets", *sweep, "--max-regret", "0.05")
+    assert "**chosen**" in chosen.output
+    table = tmp_path / "tuned.yaml"
+    tune(tmp_path, "export", "table", "-o", str(table))
+    mm = yaml.safe_load(table.read_text())["ops"]["mm"]
+    assert mm["strategy"]["M"] in sweep_candidates((2, 4, 8, 16), DEFAULT_CANDIDATES)
+
+    runtime.clear_cache()
+    for m in range(2, 17):
+        key = {"M": m, "N": 48, "K": 64, "stride_am": 64, "stride_bk": 48, "dtype": "bf16"}
+        assert runtime.get_tuned_config("mm", **key, path=table).source == "table", m

@@ -87,7 +87,7 @@ def test_the_policy_is_the_list_its_docstring_gives():
     runs, in their order; an expand file's ends as a table's does."""
     listed = re.findall(r"^\d\. `([a-z-]+)`:", policy.__doc__, re.M)
     assert tuple(listed) == policy.TABLE_POLICY.names == (
-        "table", "nearest", "model", "cublas", "default")
+        "table", "online", "nearest", "model", "cublas", "default")
     assert expand.EXPAND_POLICY.names == ("expand-online", "expand-model", "cublas", "default")
 
 

@@ -167,14 +167,29 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
     return devices
 
 
+def _m_values(ctx, param, text: str | None) -> tuple[int, ...]:
+    """--m's values (tuner.shapes.parse_m_values), () where not given."""
+    if text is None:
+        return ()
+    try:
+        return parse_m_values(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def m_option(what: str):
+    """--m: the shapes file's (N, K, dtype, layout) swept over M, for `what` to do."""
+    return click.option(
+        "--m", "m_values", default=None, metavar="1,2,4|1-4096", callback=_m_values,
+        help=f"{what} each (N, K, dtype, layout) of --shapes at these M instead of the file's "
+             "(serving's varying batch × tokens): integers, and ranges LO-HI meaning LO, "
+             "2·LO, 4·LO, ... up to HI. Each swept shape weighs its group's total weight.")
+
+
 @main.command()
 @click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
               help="CSV with header M,N,K,dtype[,layout][,weight].")
-@click.option("--m", "m_text", default=None, metavar="1,2,4|1-4096",
-              help="Tune each (N, K, dtype, layout) of --shapes at these M instead of the "
-                   "file's (serving's varying batch × tokens): integers, and ranges LO-HI "
-                   "meaning LO, 2·LO, 4·LO, ... up to HI. Each swept shape weighs its group's "
-                   "total weight.")
+@m_option("Tune")
 @click.option("--space", "space_paths", multiple=True, type=click.Path(dir_okay=False),
               help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
@@ -216,7 +231,7 @@ def _device_list(text: str | None) -> tuple[int, ...] | None:
 @compile_timeout_option
 @click.pass_obj
 @one_line_errors
-def run(db, shapes_path, m_text, space_paths, trials, timeout_s, patience, polish, seed,
+def run(db, shapes_path, m_values, space_paths, trials, timeout_s, patience, polish, seed,
         retune, backend_name, devices_text, jobs, batch, sampler, exhaustive, launch,
         compile_timeout_s):
     """Tune every shape listed in --shapes (or, with --m, swept over M) and store every trial
@@ -225,9 +240,9 @@ def run(db, shapes_path, m_text, space_paths, trials, timeout_s, patience, polis
     from tuner.tuning import Workers, tune_run
 
     shapes = load_shapes(shapes_path)
-    if m_text is not None:
+    if m_values:
         try:
-            shapes = swept_m(shapes, parse_m_values(m_text))
+            shapes = swept_m(shapes, m_values)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--m'") from None
     workers = Workers(backend_name, jobs, compile_timeout_s, _device_list(devices_text))
@@ -504,6 +519,7 @@ def show(db, device_selector, failures):
 @main.command()
 @click.option("--shapes", "shapes_path", required=True, type=click.Path(dir_okay=False),
               help="CSV with header M,N,K,dtype[,layout][,weight]; every shape tuned already.")
+@m_option("Bucket (as `tune run --m` tuned them)")
 @click.option("--max-regret", default=0.02, show_default=True,
               type=FiniteFloatRange(min=0),
               help="The most any listed shape may lose by sharing a config (0.02: 2% slower "
@@ -520,12 +536,13 @@ def show(db, device_selector, failures):
 @compile_timeout_option
 @click.pass_obj
 @one_line_errors
-def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, backend_name, jobs,
-            compile_timeout_s):
+def buckets(db, shapes_path, m_values, max_regret, candidates, device_selector, seed,
+            backend_name, jobs, compile_timeout_s):
     """Choose which listed shapes share a config: each shape is timed with the winners of the
     shapes it could share a bucket with, then the smallest bucketing (rows plus single shapes
     in widened buckets) whose worst regret is within --max-regret is stored for `tune export`,
-    with its Pareto table."""
+    with its Pareto table. With --m, M is bucketed so that every M up to the largest swept
+    one falls in a bucket of a swept shape."""
     from tuner.tuning import Workers
 
     workers = Workers(backend_name, jobs, compile_timeout_s)
@@ -534,7 +551,7 @@ def buckets(db, shapes_path, max_regret, candidates, device_selector, seed, back
     from tuner.bucketing.job import choose_buckets
 
     choose_buckets(db, shapes_path, max_regret, candidates, device_selector, seed, workers,
-                   devices, click.echo, STDERR)
+                   devices, click.echo, STDERR, m_values)
 
 
 @main.command()

@@ -20,6 +20,7 @@ from tuner.bucketing.search import (
     needed_configs,
     search,
     signature,
+    sweep_candidates,
 )
 from tuner.bucketing.strategies import bucket_key, strategy_function
 from tuner.db.models import Device, KernelVersion, Winner
@@ -27,7 +28,7 @@ from tuner.db.store import Store, params_key
 from tuner.errors import UserError
 from tuner.kernels import kernel_for
 from tuner.reporting import STDERR, Reporter
-from tuner.shapes import Shape, load_shapes
+from tuner.shapes import Shape, load_shapes, swept_m
 from tuner.statuses import TrialStatus
 
 
@@ -145,11 +146,15 @@ def pareto_markdown(kernel: str, result: SearchResult, max_regret: float) -> str
 def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence[str],
                    device_selector: str | None, seed: int, workers, devices: tuple[int, ...],
                    out: Callable[[str], None] = print,
-                   reporter: Reporter = STDERR) -> None:
+                   reporter: Reporter = STDERR, m_values: Sequence[int] = ()) -> None:
     """`tune buckets` on `db` (a tuner.db.database.Database, opened once the input is read):
     time each listed shape with the winners it could share (those timings stored), search
     the candidate strategies (finest first; none: DEFAULT_CANDIDATES) for the smallest
     bucketing within max_regret, and store it per kernel for `tune export`.
+
+    m_values: the M values `tune run --m` swept the listed shapes over (tuner.shapes.swept_m);
+    then those swept shapes are bucketed, M by strategies that cover every M up to the
+    largest (tuner.bucketing.search.sweep_candidates).
 
     workers: a tuner.tuning.Workers whose check() gave `devices` (before triton was
     imported); an executor starts only if something is left to time. out: each kernel's
@@ -165,7 +170,14 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
     for name in candidates:
         strategy_function(name)  # a bad name is one line now, before any work
     per_field = {f: tuple(candidates or DEFAULT_CANDIDATES) for f in SEARCHED_FIELDS}
-    shapes = distinct_shapes(load_shapes(shapes_path))
+    shapes = load_shapes(shapes_path)
+    if m_values:
+        try:
+            shapes = swept_m(shapes, m_values)
+        except ValueError as e:
+            raise SharingError(str(e)) from None
+        per_field["M"] = sweep_candidates(m_values, per_field["M"])
+    shapes = distinct_shapes(shapes)
     store = db.store
     device, winners = current_device_winners(store, device_selector, reporter)
     members = exact_members(winners, shapes)
@@ -195,13 +207,14 @@ def choose_buckets(db, shapes_path: str, max_regret: float, candidates: Sequence
                         executor, kernel, shape, seed, configs),
                     on_shape=lambda shape: progress.advance(task))
                 results[kernel_name] = search(by_kernel[kernel_name], times, per_field,
-                                              max_regret, seed)
+                                              max_regret, seed, ("M",) if m_values else ())
     finally:
         if executor is not None:
             executor.close()
+    shapes_source = shapes_path + (f" --m {','.join(map(str, m_values))}" if m_values else "")
     for kernel_name, result in results.items():
         buckets_json, pareto_json = bucketing_record(result)
         store.save_bucketing(device, kernel_rows[kernel_name], result.chosen.strategy,
-                             max_regret, buckets_json, pareto_json, shapes_path)
+                             max_regret, buckets_json, pareto_json, shapes_source)
         out(pareto_markdown(kernel_name, result, max_regret) + "\n")
     reporter.note("stored; `tune export` now writes one row per bucket")

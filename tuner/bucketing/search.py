@@ -19,6 +19,13 @@ runtime's fallback for a key outside every bucket, the model's choice among the 
 configs, would answer them better (benchmarks/nearest_fallback.py compares the two on
 hold-out shapes). Widening pays off only where it merges more shapes than the singletons it
 widens.
+
+A sweep over M (`tune run --m`, `tune buckets --m`: serving's varying batch × tokens) asks
+the opposite of M: every M from 1 to the largest swept one must fall in a bucket of a swept
+shape, so that any M serving runs gets a measured config. There M's candidates are the
+sweep's own breakpoints (each swept M its own bucket, reaching down to the previous one) and
+those of the others that also cover the range (`sweep_candidates`), and reaching M values
+between the swept ones is not counted as widening.
 """
 from __future__ import annotations
 
@@ -52,6 +59,42 @@ Times = Mapping[tuple[Shape, tuple], "float | None"]
 
 class BucketSearchError(UserError, ValueError):
     """No assignment of the candidate strategies keeps the shapes within the budget."""
+
+
+def sweep_breakpoints(swept: Sequence[int]) -> str:
+    """The strategy whose buckets end at the swept values: an M between two swept values gets
+    the larger one's bucket, an M past the last stays exact."""
+    return f"buckets:[{','.join(map(str, sorted(set(swept))))}]"
+
+
+def covers(strategy: Callable[[int], int], swept: Sequence[int]) -> bool:
+    """Whether every value from 1 to the largest swept one falls in the bucket of a swept
+    value. Strategies bucket monotonically, so below the first swept value everything must
+    share its bucket, and between two swept values a and b the bucket may step once, from
+    a's to b's: found by bisection, not by trying every value."""
+    values = sorted(set(swept))
+    if strategy(1) != strategy(values[0]):
+        return False
+    for a, b in zip(values, values[1:]):
+        low, high = strategy(a), strategy(b)
+        first, last = a + 1, b  # bisect for the first value past a out of a's bucket
+        while first < last:
+            middle = (first + last) // 2
+            if strategy(middle) != low:
+                last = middle
+            else:
+                first = middle + 1
+        if strategy(first) != high:
+            return False
+    return True
+
+
+def sweep_candidates(swept: Sequence[int], candidates: Sequence[str]) -> tuple[str, ...]:
+    """M's candidates for a sweep over `swept`: the sweep's breakpoints, then those of
+    `candidates` that cover it (finest first, as given)."""
+    own = sweep_breakpoints(swept)
+    return (own, *(name for name in candidates
+                   if name != own and covers(strategy_function(name), swept)))
 
 
 @dataclass(frozen=True)
@@ -162,14 +205,16 @@ class _Scorer:
     """Scores assignments of one kernel's members, with every bucketed value computed once."""
 
     def __init__(self, members: Sequence[Member], times: Times,
-                 candidates: Mapping[str, Sequence[str]]):
+                 candidates: Mapping[str, Sequence[str]], swept: tuple[str, ...] = ()):
         self.members, self.candidates = members, candidates
         self.regrets = _Regrets(members, times)
         keys = [m.shape.key() for m in members]
         self.bucketed = {(f, s): [strategy_function(s)(k[f]) for k in keys]
                          for f in SEARCHED_FIELDS for s in candidates[f]}
-        # (field, strategy) -> per member, whether the strategy joins its value with a neighbour
-        self.widens = {(f, s): [_joins_a_neighbour(strategy_function(s), k[f]) for k in keys]
+        # (field, strategy) -> per member, whether the strategy joins its value with a
+        # neighbour; never along a swept field, whose values between the swept ones must join
+        self.widens = {(f, s): [f not in swept and _joins_a_neighbour(strategy_function(s),
+                                                                        k[f]) for k in keys]
                        for f in SEARCHED_FIELDS for s in candidates[f]}
         self.dtypes = [k["dtype"] for k in keys]
 
@@ -250,17 +295,18 @@ class SearchResult:
 
 
 def search(members: Sequence[Member], times: Times, candidates: Mapping[str, Sequence[str]],
-           max_regret: float, seed: int = 0) -> SearchResult:
+           max_regret: float, seed: int = 0, swept: tuple[str, ...] = ()) -> SearchResult:
     """The assignment of the least size (rows plus widened singletons) whose worst regret is
     within max_regret (ties: the lower geomean regret, then the finer strategies), and the
-    Pareto table.
+    Pareto table. `swept`: the fields the members sweep (see the module), whose candidates
+    must cover the sweep (sweep_candidates).
 
     Assignments that bucket the listed shapes alike count once, as the one widening fewest
     singletons, then the finest: a bucket wider than the listed shapes need hands unlisted
     shapes a config nobody measured against them, where the runtime's fallback would choose.
-    All-exact (each candidate list's first entry should be `default`) always qualifies: it
-    has no regret."""
-    scorer = _Scorer(members, times, candidates)
+    All-exact (each candidate list's first entry should be `default`, a swept field's its
+    sweep's breakpoints) always qualifies: it has no regret."""
+    scorer = _Scorer(members, times, candidates, swept)
     if math.prod(len(candidates[f]) for f in SEARCHED_FIELDS) <= EXHAUSTIVE_LIMIT:
         assessments: Iterator[Assessment] = map(scorer.assess, _every_assignment(candidates))
     else:

@@ -22,9 +22,10 @@ Which config of the product answers a bucket, decided on the first key seen in i
   that fit the key, for the device the file's header comment names (`# device: NAME`), else
   the visible GPU, else an H100 (tuner.model.named_devices); no GPU work. Source
   "expand-model";
-- with TUNE_ONLINE=1, the winner of timing the product's candidates (the model's top
-  TUNE_ONLINE_TOP_K where it is larger) and cuBLAS on this process's GPU, remembered in a
-  table-format cache shared by processes (tuner.runtime.online). Source "expand-online".
+- with TUNE_ONLINE=1, the winner of timing cuBLAS and the product's candidates (the model's
+  top TUNE_ONLINE_TOP_K where it is larger, best first, within TUNE_ONLINE_BUDGET_S) on this
+  process's GPU, remembered in a table-format cache shared by processes
+  (tuner.runtime.online). Source "expand-online".
 
 A later key of the bucket gets the same config where it can run it, else its own pick. An op
 the file lacks answers cuBLAS (warned), as a table without the op does.
@@ -32,7 +33,6 @@ the file lacks answers cuBLAS (warned), as a table without the op does.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -48,12 +48,11 @@ from tuner.formats.flaggems import (
     op_bodies,
     read_op,
 )
-from tuner.runtime.answer import CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
+from tuner.runtime.answer import DEFAULT_CONFIGS, TunedConfig
 from tuner.runtime.policy import CUBLAS_STEP, DEFAULT_STEP, Policy, Question, Step
 from tuner.runtime.runnable import shape_of
 from tuner.runtime.source import TableSource
 
-ONLINE_ENV_VAR = "TUNE_ONLINE"
 MODEL, ONLINE = "expand-model", "expand-online"
 
 # Per our op: the FlagGems ops whose products answer it, each with the variants its configs
@@ -147,22 +146,22 @@ class ExpandQuestion(Question):
 
 def _online(question: ExpandQuestion) -> TunedConfig | None:
     """With TUNE_ONLINE=1: the online cache's config of the key's bucket, else the winner of
-    timing the model's top candidates beside cuBLAS, written to the cache.
+    timing cuBLAS and the model's top candidates, written to the cache.
 
     cuBLAS is timed beside the product, as in every study (kernels/cublas.py): a FlagGems space
     narrowed for Triton must not make our call slower than torch's."""
     online = question.source.online
     if online is None or question.bucket is None:
         return None
-    hit = online.lookup(question.op, question.key, question.strategy)
-    if hit is not None and question.allowed(hit):
-        return TunedConfig(hit, ONLINE, question.bucket)
-    if not question.ranked:
-        return None
-    top = question.ranked[:online.top_k()]
-    if question.cublas is not None:
-        top.append(dict(CUBLAS_CONFIG))
-    won = online.tune(question.op, question.key, question.strategy, top, question.excluded)
+
+    def candidates() -> list[dict]:
+        if not question.ranked:  # the file has nothing for the key: not worth a tuning
+            return []
+        cublas = [question.cublas] if question.cublas is not None else []
+        return cublas + question.ranked[:online.top_k()]
+
+    won = online.answer(question.op, question.key, question.strategy, candidates,
+                        question.allowed)
     return None if won is None else TunedConfig(won, ONLINE, question.bucket)
 
 
@@ -200,11 +199,6 @@ class ExpandTable(TableSource):
             if present:
                 self.sources[op] = present
         _check_sources(label, self.sources)
-        self.online = None
-        if os.environ.get(ONLINE_ENV_VAR) == "1":
-            from tuner.runtime.online import OnlineCache
-
-            self.online = OnlineCache.beside(path)
         self._spec = None
 
     def strategy(self, op: str) -> dict[str, str] | None:

@@ -18,6 +18,8 @@ from tuner.runtime.lookup import ENV_VAR, get_tuned_config_without
 # What each policy step's answer means (tuner.runtime.policy, tuner.runtime.expand).
 STEP_MEANINGS = {
     "table": "the table's entry for the key's bucket (or its alternate, the variant excluded)",
+    "online": "the winner of timing candidates on this key's bucket once, from the online "
+              "cache (TUNE_ONLINE=1)",
     "nearest": "from the closest tuned buckets of this op and dtype, the model choosing",
     "model": "the model's pick among the table's configs (no entry of this dtype, or no "
              "neighbour can run the key)",

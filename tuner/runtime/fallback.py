@@ -335,6 +335,20 @@ class ModelParts:
         """fastest_predicted for the table's device."""
         return fastest_predicted(self.device_name)
 
+    @cached_property
+    def _predicted(self) -> Callable[[Shape, TunedConfig, Mapping], float] | None:
+        return calibrated_predictor(self.device_name)
+
+    def ranked(self, key: Mapping, configs: list[TunedConfig],
+               measured: Mapping[tuple, Measurement]) -> list[TunedConfig]:
+        """The configs whose tile fits the key (_suits), predicted fastest first
+        (calibrated_predictor; the given order on a tie, and without the model)."""
+        fitting = [config for config in configs if _suits(key, config)]
+        if self._predicted is None:
+            return fitting
+        shape = shape_of(key)
+        return sorted(fitting, key=lambda config: self._predicted(shape, config, measured))
+
     def variations(self, op: str, key: Mapping, candidates: list,
                    allowed: Callable[[Mapping], bool]) -> list:
         """The candidates' variations for the key (variation_maker)."""

@@ -1,18 +1,23 @@
-"""Tuning once at runtime and remembering it: the online cache of an expand file
-(tuner.runtime.expand, with TUNE_ONLINE=1).
+"""Tuning once at runtime and remembering it: the online cache of a table or an expand file
+(TUNE_ONLINE=1; the `online` step of tuner.runtime.policy, `expand-online` of
+tuner.runtime.expand).
 
 The first key of a bucket that no process has tuned is tuned here, in-process, on this
-process's GPU (Triton's interpreter where TRITON_INTERPRET=1): each candidate (the expand
-product's configs that fit the key, the model's top TUNE_ONLINE_TOP_K of them) is checked
-against the float64 reference and timed with the tuner's own machinery, the fastest few
-re-timed side by side, and the winner ranked by the launch mode's figure (TUNE_ONLINE_LAUNCH,
-tuner.objective's default: eager) is written to the cache. The measuring is reached through
-tuner.execution.in_process alone, imported on first need: the runtime's one door into the
-tuning machinery.
+process's GPU (Triton's interpreter where TRITON_INTERPRET=1): the policy names the
+candidates, best first (cuBLAS first: it compiles nothing and is the bar every tile must
+beat); each is checked against the float64 reference and timed with the tuner's own
+machinery while the budget (TUNE_ONLINE_BUDGET_S) lasts, the fastest few re-timed side by
+side if time remains, and the winner ranked by the launch mode's figure (TUNE_ONLINE_LAUNCH,
+tuner.objective's default: eager) is written to the cache. The budget bounds what the first
+call of an unseen bucket costs a server: a candidate is started only while time remains (the
+first always; one compile is not cut short), and the best so far wins. The measuring is
+reached through tuner.execution.in_process alone, imported on first need: the runtime's one
+door into the tuning machinery.
 
-The cache is a table file (tuner.formats.table's format: `tune export table
---merge` takes it in): TUNE_ONLINE_CACHE, else `<expand file's stem>.online.yaml` beside it.
-Processes share it safely:
+The cache is a table file (tuner.formats.table's format: `tune export table --merge` takes it
+in): TUNE_ONLINE_CACHE, else `<stem>.online.yaml` beside the file TUNE_CONFIG names. Its
+entries are keyed by the buckets of the strategy the file gives the op. Processes share it
+safely:
 
 - each write is read-merge-write of the whole file under an exclusive lock of
   `<cache>.lock` (tuner.filelock), the file replaced atomically (temp file + os.replace): no
@@ -24,16 +29,21 @@ Processes share it safely:
   restart, measures nothing again. Entries of another device or of other kernel source are
   not used (and a cache of another device is never written).
 
+A cached winner the caller may not take (an excluded variant, or a config this key's strides
+cannot run) passes the key to the policy's next step; it is not tuned again, so the shared
+cache keeps the winner of the bucket as measured without exclusions.
+
 `stats()` counts, per process, the configs timed, the buckets tuned and the answers the cache
 gave; TUNE_LOG=1 logs each tuning and each cache answer.
 """
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -50,14 +60,18 @@ from tuner.formats.table import (
     table_entry,
 )
 from tuner.runtime.runnable import shape_of
-from tuner.runtime.source import LOG_ENV_VAR
 from tuner.textfiles import quoted
 
 CACHE_ENV_VAR = "TUNE_ONLINE_CACHE"
 TOP_K_ENV_VAR = "TUNE_ONLINE_TOP_K"
+BUDGET_ENV_VAR = "TUNE_ONLINE_BUDGET_S"
 LAUNCH_ENV_VAR = "TUNE_ONLINE_LAUNCH"
 # How many of the model's best candidates a bucket times at most (TUNE_ONLINE_TOP_K).
 DEFAULT_TOP_K = 16
+# Seconds a bucket's tuning may start candidates for (TUNE_ONLINE_BUDGET_S): what a server's
+# first call of an unseen bucket may cost, once. benchmarks/online_budget.py measures what
+# budgets buy against a full tune.
+DEFAULT_BUDGET_S = 5.0
 SEED = 0
 
 _LOG = logging.getLogger("tuner.runtime")
@@ -76,13 +90,14 @@ def reset_stats() -> None:
         _STATS[name] = 0
 
 
-def cache_path(expand_path: str | os.PathLike) -> Path:
-    """Where an expand file's online cache lies: $TUNE_ONLINE_CACHE, else beside it."""
+def cache_path(source_path: str | os.PathLike) -> Path:
+    """Where the online cache of a table or expand file lies: $TUNE_ONLINE_CACHE, else beside
+    it."""
     named = os.environ.get(CACHE_ENV_VAR)
     if named:
         return Path(named)
-    expand_path = Path(expand_path)
-    return expand_path.with_name(f"{expand_path.stem}.online.yaml")
+    source_path = Path(source_path)
+    return source_path.with_name(f"{source_path.stem}.online.yaml")
 
 
 def read_cache(path: str | os.PathLike) -> dict | None:
@@ -111,10 +126,11 @@ def _write_merged(path: Path, device: Mapping, launch: str, op: str,
 
 
 class OnlineCache:
-    """One process's view of an online cache file, and the tuning that fills it."""
+    """One process's view of an online cache file, and the tuning that fills it; `log`: log
+    each tuning and cache answer (the source's TUNE_LOG)."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, log: bool = False):
+        self.path, self.log = path, log
         self._stamp: tuple | None = None
         self._doc: dict | None = None
         self._backend = None
@@ -122,16 +138,16 @@ class OnlineCache:
         self._refused_device = False
 
     @classmethod
-    def beside(cls, expand_path: str | os.PathLike) -> OnlineCache:
-        """The cache of an expand file; OutputError now where it could not be written (a
-        missing or read-only folder, a FIFO): at load, not at the first bucket's timing."""
-        path = cache_path(expand_path)
+    def beside(cls, source_path: str | os.PathLike, log: bool = False) -> OnlineCache:
+        """The cache of a table or expand file; OutputError now where it could not be written
+        (a missing or read-only folder, a FIFO): at load, not at the first bucket's timing."""
+        path = cache_path(source_path)
         try:
             check_writable(path)
         except OutputError as e:
             raise OutputError(f"gemm-tuner online cache (${CACHE_ENV_VAR}, else beside the "
-                              f"expand file): {e}") from None
-        return cls(path)
+                              f"table or expand file): {e}") from None
+        return cls(path, log)
 
     # -- the environment ------------------------------------------------------------------
     @property
@@ -175,6 +191,19 @@ class OnlineCache:
                              f"most candidates a bucket times; default {DEFAULT_TOP_K})")
         return int(text)
 
+    @staticmethod
+    def budget_s() -> float:
+        text = os.environ.get(BUDGET_ENV_VAR) or str(DEFAULT_BUDGET_S)
+        try:
+            budget = float(text)
+        except ValueError:
+            budget = math.nan
+        if not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"{BUDGET_ENV_VAR}={quoted(text)}: expected a positive number of "
+                             f"seconds (how long a bucket's online tuning may start "
+                             f"candidates; default {DEFAULT_BUDGET_S:g})")
+        return budget
+
     # -- reading --------------------------------------------------------------------------
     def _refresh(self) -> None:
         """Re-read the file where it changed since last read (another process wrote)."""
@@ -207,7 +236,7 @@ class OnlineCache:
         hit = self._cached(op, key, strategy)
         if hit is not None:
             _STATS["cache_answers"] += 1
-            if os.environ.get(LOG_ENV_VAR) == "1":
+            if self.log:
                 _LOG.info("gemm-tuner: online: %s %s answered from %s, nothing timed", op,
                           _label(key), self.path)
         return hit
@@ -225,49 +254,55 @@ class OnlineCache:
         return None
 
     # -- tuning ---------------------------------------------------------------------------
-    def tune(self, op: str, key: Mapping, strategy: Mapping[str, str], candidates: list[dict],
-             excluded: frozenset[str] = frozenset()) -> dict | None:
-        """The winner of the key's bucket: the cache's, where another process wrote it while
-        this one waited for the lock; else the fastest correct of `candidates` (each timed),
-        written to the cache. None where no candidate ran correctly."""
+    def answer(self, op: str, key: Mapping, strategy: Mapping[str, str],
+               candidates: Callable[[], list[Mapping]], allowed: Callable[[Mapping], bool]
+               ) -> dict | None:
+        """The winner of the key's bucket (under `strategy`): the cache's, else the fastest
+        correct of `candidates()` (asked only then; best first) timed within the budget and
+        written to the cache. None where the winner may not answer the key (`allowed`), or
+        there is nothing to time, or nothing ran correctly."""
+        won = self.lookup(op, key, strategy) or self._tune(op, key, strategy, candidates)
+        return won if won is not None and allowed(won) else None
+
+    def _tune(self, op: str, key: Mapping, strategy: Mapping[str, str],
+              candidates: Callable[[], list[Mapping]]) -> dict | None:
+        """Under the lock: the cache's winner where another process wrote it while this one
+        waited; else the winner of timing the candidates, written to the cache. A bad
+        setting, or nothing to time them on (no GPU), is said before a lock file is made."""
+        budget_s, launch, backend = self.budget_s(), self.launch(), self.backend
         with locked_beside(self.path):
             hit = self.lookup(op, key, strategy)
-            if hit is not None and hit["variant"] not in excluded:
+            if hit is not None:
                 return hit
-            start = time.perf_counter()
-            won = self._measure(op, key, candidates)
-            if won is None:
-                warnings.warn(f"gemm-tuner: online: no candidate of {op} {_label(key)} ran "
-                              "correctly; using the model's pick, not cached", RuntimeWarning,
-                              stacklevel=4)
+            configs = [dict(config) for config in candidates()]
+            if not configs:
                 return None
-            config, ms, timed = won
-            launch = self.launch()
+            start = time.perf_counter()
+            deadline = start + budget_s
+            from tuner.execution import in_process
+
+            won = in_process.fastest(backend, op, shape_of(key), configs, launch, SEED,
+                                     deadline)
+            _STATS["configs_timed"] += won.timed
+            if won.config is None:
+                warnings.warn(f"gemm-tuner: online: no candidate of {op} {_label(key)} ran "
+                              "correctly; not cached", RuntimeWarning, stacklevel=5)
+                return None
             bucket = bucket_key(key, strategy)
-            entry = table_entry(dict(zip(KEY_FIELDS, bucket)), config, {
-                "source": "online", "tuned_shape": str(shape_of(key)), "ms": float(ms),
-                "launch": launch, "configs_timed": timed,
+            entry = table_entry(dict(zip(KEY_FIELDS, bucket)), won.config, {
+                "source": "online", "tuned_shape": str(shape_of(key)), "ms": float(won.ms),
+                "launch": launch, "configs_timed": won.timed,
                 "tuned_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
             _STATS["buckets_tuned"] += 1
             if self._usable():
-                _write_merged(self.path, device_block(self.backend.info), launch, op,
+                _write_merged(self.path, device_block(backend.info), launch, op,
                               strategy, self.source_hash(op), entry)
                 self._refresh()
-            if os.environ.get(LOG_ENV_VAR) == "1":
-                _LOG.info("gemm-tuner: online: %s %s timed %d configs in %.1f s -> %s "
-                          "(%.4g ms); wrote %s", op, _label(key), timed,
-                          time.perf_counter() - start, config, ms, self.path)
-            return config
-
-    def _measure(self, op: str, key: Mapping, candidates: list[dict]
-                 ) -> tuple[dict, float, int] | None:
-        """(winner, its ms per call by the launch figure, configs timed), or None."""
-        from tuner.execution import in_process
-
-        _STATS["configs_timed"] += len(candidates)
-        won = in_process.fastest(self.backend, op, shape_of(key), candidates, self.launch(),
-                                 SEED)
-        return None if won is None else (*won, len(candidates))
+            if self.log:
+                _LOG.info("gemm-tuner: online: %s %s timed %d of %d configs in %.1f s -> %s "
+                          "(%.4g ms); wrote %s", op, _label(key), won.timed, len(configs),
+                          time.perf_counter() - start, won.config, won.ms, self.path)
+            return won.config
 
 
 def _label(key: Mapping) -> str:

@@ -5,19 +5,25 @@ step's name. Our table's policy (`TABLE_POLICY`):
 
 1. `table`: the entry of the key's bucket, as it is (the dispatcher checks the call); where
    its variant is excluded, the first of its alternates that can run the key.
-2. `nearest`: a config of the closest tuned buckets of the key's op and dtype (log2 of M, N
+2. `online`: with TUNE_ONLINE=1, for an op the table has entries of, the online cache's
+   winner of the key's bucket (the table's strategy); else, on the bucket's first call, the
+   winner of timing on this GPU, within TUNE_ONLINE_BUDGET_S and best first, cuBLAS, the
+   answer the next steps give, and the model's calibrated ranking of the closest buckets'
+   configs, alternates and variations and of its own pick (TUNE_ONLINE_TOP_K of them),
+   remembered in the cache (tuner.runtime.online: other processes and restarts time nothing).
+3. `nearest`: a config of the closest tuned buckets of the key's op and dtype (log2 of M, N
    and K; the NEAREST_BUCKETS closest within MAX_NEIGHBOUR_OCTAVES), an alternate of theirs,
    or a variation that suits the key better: the model's pick, calibrated by what they
    measured; a tile twice the key's M or N (past MIN_BLOCK) does not answer. cuBLAS where
    the closest was tuned to it; the next steps where the model predicts cuBLAS
    VARIATION_MARGIN faster. Only where cuBLAS cannot run the key (fp8 in another layout than
    torch._scaled_mm's), farther neighbours too.
-3. `model`: for a dtype the op has no entry of, the model's pick among the values the op's
+4. `model`: for a dtype the op has no entry of, the model's pick among the values the op's
    entries use, unless it predicts cuBLAS faster; likewise where nothing else but the
    default could run the key.
-4. `cublas`: torch's own GEMM, where no tuned config is to be trusted or the model predicts
+5. `cublas`: torch's own GEMM, where no tuned config is to be trusted or the model predicts
    cuBLAS faster, or the table has no entry of the op.
-5. `default`: DEFAULT_CONFIGS[op], where nothing above can run the key.
+6. `default`: DEFAULT_CONFIGS[op], where nothing above can run the key.
 
 Every step but `table` and `default` answers only with configs that can run the key, and none
 but `default` with an excluded variant. An expand file's policy (tuner.runtime.expand) is
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from tuner.bucketing.strategies import bucket_key
 from tuner.runtime import fallback
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.space import config_signature
@@ -168,5 +175,46 @@ def _model(question: Question) -> TunedConfig | None:
     return None if best is CUBLAS_CONFIG else best
 
 
-TABLE_POLICY = Policy((Step("table", _table), Step("nearest", _nearest), Step("model", _model),
-                       CUBLAS_STEP, DEFAULT_STEP))
+# The answer of a key the table has no entry of, timing nothing.
+ZERO_SHOT = Policy((Step("nearest", _nearest), Step("model", _model), CUBLAS_STEP, DEFAULT_STEP))
+
+
+def _online(question: Question) -> TunedConfig | None:
+    """With TUNE_ONLINE=1: the online cache's winner of the key's bucket, else the winner of
+    timing _online_candidates, written to the cache (the op's strategy keys both)."""
+    table: TunedTable = question.source
+    entries = table.ops.get(question.op)
+    if table.online is None or entries is None:
+        return None
+    won = table.online.answer(question.op, question.key, entries.strategy,
+                              lambda: _online_candidates(question), question.allowed)
+    return None if won is None else TunedConfig(won, "online",
+                                                bucket_key(question.key, entries.strategy))
+
+
+def _online_candidates(question: Question) -> list[TunedConfig]:
+    """What the online step times, in this order, each once: cuBLAS (it compiles nothing and
+    is the bar every tile must beat), the zero-shot answer (so that any budget can only
+    improve on it), then the TUNE_ONLINE_TOP_K best by the model's calibrated ranking of the
+    closest buckets' configs and alternates (NEAREST_BUCKETS of them, however far: here a
+    measurement decides, not trust), their variations and the model's pick."""
+    table: TunedTable = question.source
+    op, key, allowed = question.op, question.key, question.allowed
+    entries = table.ops[op]
+    neighbours = entries.nearest(key, allowed)
+    pool = [*neighbours, *table.parts.variations(op, key, neighbours, allowed)]
+    pick = table.parts.pick(op, entries.configs, key, question.excluded)
+    if pick is not None and allowed(pick):
+        pool.append(pick)
+    tiles = [config for config in pool if config["variant"] != CUBLAS]
+    ranked = table.parts.ranked(key, tiles, entries.measured)[:table.online.top_k()]
+    zero_shot = ZERO_SHOT.answer(question)
+    first = [config for config in (question.cublas, zero_shot)
+             if config is not None and allowed(config)]
+    unique: dict[tuple, TunedConfig] = {}
+    for config in [*first, *ranked]:
+        unique.setdefault(config_signature(config), config)
+    return list(unique.values())
+
+
+TABLE_POLICY = Policy((Step("table", _table), Step("online", _online), *ZERO_SHOT.steps))

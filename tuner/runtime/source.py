@@ -21,6 +21,7 @@ from tuner.runtime.answer import TunedConfig
 from tuner.runtime.runnable import runnability
 
 LOG_ENV_VAR = "TUNE_LOG"
+ONLINE_ENV_VAR = "TUNE_ONLINE"
 
 _LOG = logging.getLogger("tuner.runtime")
 
@@ -68,6 +69,13 @@ class TableSource(ABC):
         self.log = os.environ.get(LOG_ENV_VAR) == "1"
         if self.log:
             _show_log_lines()
+        # With TUNE_ONLINE=1, the cache the policy's online step tunes unseen buckets into and
+        # answers them from (tuner.runtime.online), one per file whatever its format; else None.
+        self.online = None
+        if path is not None and os.environ.get(ONLINE_ENV_VAR) == "1":
+            from tuner.runtime.online import OnlineCache
+
+            self.online = OnlineCache.beside(path, self.log)
 
     def lookup(self, raw: tuple, excluded: frozenset[str] = frozenset()) -> TunedConfig:
         """Answer a raw key seen for the first time (the op, then KEY_FIELDS' values, then
