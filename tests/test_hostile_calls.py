@@ -188,8 +188,8 @@ def test_an_online_cache_that_cannot_be_written_is_refused_at_load(online_expand
 
     monkeypatch.setenv("TUNE_ONLINE_CACHE", str(online_expand.parent))  # a folder
     with pytest.raises(UserError, match=r"gemm-tuner online cache \(\$TUNE_ONLINE_CACHE, else "
-                                        r"beside the expand file\): cannot write .*: it is a "
-                                        "folder"):
+                                        r"beside the table or expand file\): cannot write .*: "
+                                        "it is a folder"):
         ask(online_expand)
     assert sorted(p.name for p in online_expand.parent.iterdir()) == ["e.yaml"]
 
