@@ -18,10 +18,15 @@ from collections.abc import Mapping
 
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store
+from tuner.search.stopping import ModelBound
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 
 NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
+# How near (log2 distance over M, N, K) a tuned key must be for its winner to finish a study
+# on its own (tuner.search.stopping's warm start confirmed): the next M of a doubling sweep,
+# or a neighbour differing by up to 2x in one dimension.
+NEAR_KEYS = 1.0
 MODEL_TOP = 6  # how many of the model's picks follow them, each of another tile shape
 
 
@@ -45,6 +50,11 @@ def in_space(config: Mapping, space: SearchSpace) -> bool:
             and all(config[n] in space.params[n] for n in names if n != "variant"))
 
 
+def library_variants(kernel) -> frozenset[str]:
+    """The kernel's variants that call a library (cuBLAS): measured, never searched."""
+    return frozenset(v.name for v in kernel.variants if v.library_calls is not None)
+
+
 def library_configs(kernel, space: SearchSpace) -> list[dict]:
     """The one config of each library variant (no parameters of its own) the space offers."""
     return [{"variant": v.name, "pad": 0} for v in kernel.variants
@@ -52,19 +62,20 @@ def library_configs(kernel, space: SearchSpace) -> list[dict]:
 
 
 def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
-                           space: SearchSpace, shape: Shape,
-                           count: int = NEAREST_WINNERS) -> list[dict]:
-    """Distinct winning configs of the nearest tuned keys, nearest first, at most `count`."""
+                           space: SearchSpace, shape: Shape, count: int = NEAREST_WINNERS,
+                           within: float = math.inf) -> list[dict]:
+    """Distinct winning configs of the nearest tuned keys, nearest first, at most `count`,
+    of keys at most `within` away (log2 distance over M, N and K)."""
     candidates: list[tuple[float, Winner]] = [
         (_log_distance(w.key, shape), w) for w in store.winners([device.id])
         if w.kernel.id == kernel.id and w.key["dtype"] == shape.dtype]
     configs: list[dict] = []
-    for _, winner in sorted(candidates, key=lambda pair: pair[0]):
+    for distance, winner in sorted(candidates, key=lambda pair: pair[0]):
         config = dict(winner.trial.params)
+        if distance > within or len(configs) == count:
+            break
         if config not in configs and in_space(config, space):
             configs.append(config)
-        if len(configs) == count:
-            break
     return configs
 
 
@@ -79,6 +90,23 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
     study_space = space.for_call(meta_gemm(shape))
     return [config for _, config in rank_configs(shape, study_space, kernel, spec, smem_limit,
                                                  k=count, distinct=tile_shape)]
+
+
+def model_bound(kernel, shape: Shape, spec, picks: list[dict]) -> ModelBound | None:
+    """The model's bound for a study (tuner.search.stopping) from its ranked picks
+    (model_configs: the first that is no library call is the model's fastest config of the
+    space), or None where the model picked none."""
+    from tuner.model.predict import predicted_or_inf
+
+    library = library_variants(kernel)
+    tiles = [c for c in picks if c["variant"] not in library]
+    if not tiles:
+        return None
+
+    def predict(config) -> float:
+        return predicted_or_inf(shape, config, spec)
+
+    return ModelBound(predict, predict(tiles[0]), library)
 
 
 class ModelRanking:
