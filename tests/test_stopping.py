@@ -306,3 +306,28 @@ def test_timeout_is_the_deprecated_name_of_budget_s(shapes_dir, monkeypatch):
     assert budgets[-1][0].budget_s == 7 and not budgets[-1][0].early_stop
     result = tune(*args, "--timeout", "7", "--budget-s", "5")
     assert error_line(result) == "Error: --timeout is the old name of --budget-s: give one"
+
+
+# -- overlap -----------------------------------------------------------------------------------
+def test_the_next_studys_ranking_is_computed_ahead_in_the_background(monkeypatch):
+    """A prefetched ranking is computed once, on the ranking thread; the study that asks for
+    it later gets it without ranking again."""
+    import threading
+
+    from tuner.model.predict import device_spec
+    from tuner.search import warmstart
+
+    ranked_on = []
+    real = warmstart.model_configs
+
+    def spying(*args):
+        ranked_on.append(threading.current_thread().name)
+        return real(*args)
+    monkeypatch.setattr(warmstart, "model_configs", spying)
+    ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block)
+    shape = Shape(512, 512, 512, "fp16", "nn")
+    ranking.prefetch(KERNELS["mm"], SPACE, shape)
+    picks = ranking.configs(KERNELS["mm"], SPACE, shape)
+    ranking.close()
+    assert picks == real(KERNELS["mm"], SPACE, shape, device_spec(H100), H100.smem_per_block)
+    assert len(ranked_on) == 1 and ranked_on[0].startswith("model-ranking")

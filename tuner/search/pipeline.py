@@ -28,6 +28,7 @@ from tuner.search.warmstart import (
     NEAR_KEYS,
     ModelRanking,
     library_configs,
+    log_distance,
     merged,
     model_bound,
     nearest_winner_configs,
@@ -91,7 +92,8 @@ class TuneJob:
         # finished keys never ask, so a resume costs what its new studies cost.
         self.ranking = ModelRanking(self.spec, self.smem_limit)
         todo: queue.Queue[KeyPlan] = queue.Queue()
-        for plan in self._unfinished(plans):
+        self.order = self._unfinished(plans)
+        for plan in self.order:
             todo.put(plan)
         threads = [threading.Thread(target=self._device_loop, args=(slot, todo), daemon=True,
                                     name=f"device-slot-{slot}")
@@ -111,6 +113,7 @@ class TuneJob:
             self.stop.set()
             raise
         finally:
+            self.ranking.close()
             self.claims.close()
             self.store.finish_run(self.run_row, status)
         return self.summary
@@ -155,6 +158,20 @@ class TuneJob:
                                                          space, plan.shape), picks)
         return WarmStart(configs, model_bound(kernel, plan.shape, self.spec, picks))
 
+    def _rank_ahead(self, plan: KeyPlan) -> None:
+        """Start ranking the studies the device threads take after this one, so that the
+        GPU does not wait for the model between studies; not those next to a key planned
+        before them, which (with early_stop) will start from its winner, unranked."""
+        after = self.order[self.order.index(plan) + 1:][:self.executor.slots]
+        for upcoming in after:
+            earlier = self.order[:self.order.index(upcoming)]
+            if self.budget.early_stop and any(
+                    p.kernel == upcoming.kernel and p.shape.dtype == upcoming.shape.dtype
+                    and log_distance(p.key, upcoming.shape) <= NEAR_KEYS for p in earlier):
+                continue
+            self.ranking.prefetch(KERNELS[upcoming.kernel], self.spaces[upcoming.kernel],
+                                  upcoming.shape)
+
     def _device_loop(self, slot: int, todo: queue.Queue) -> None:
         while not self.stop.is_set():
             try:
@@ -190,6 +207,8 @@ class TuneJob:
                                            self.budget.launch)
             space = self.spaces[plan.kernel]
             start = self._warm_start(plan, kernel_row, record)
+            if not self.budget.exhaustive:
+                self._rank_ahead(plan)
             runner = StudyRunner(
                 StudyRecords(self.store, self.storage, self.run_row, self.device, kernel_row,
                              record),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store
@@ -38,7 +39,8 @@ def tile_shape(config: Mapping) -> tuple:
     return config["variant"], config.get("BLOCK_M"), config.get("BLOCK_N")
 
 
-def _log_distance(key: Mapping, shape: Shape) -> float:
+def log_distance(key: Mapping, shape: Shape) -> float:
+    """How far a key (M, N, K) is from a shape: the distance between their log2 sizes."""
     return math.sqrt(sum(math.log2(max(key[f], 1) / max(getattr(shape, f), 1)) ** 2
                          for f in ("M", "N", "K")))
 
@@ -67,7 +69,7 @@ def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
     """Distinct winning configs of the nearest tuned keys, nearest first, at most `count`,
     of keys at most `within` away (log2 distance over M, N and K)."""
     candidates: list[tuple[float, Winner]] = [
-        (_log_distance(w.key, shape), w) for w in store.winners([device.id])
+        (log_distance(w.key, shape), w) for w in store.winners([device.id])
         if w.kernel.id == kernel.id and w.key["dtype"] == shape.dtype]
     configs: list[dict] = []
     for distance, winner in sorted(candidates, key=lambda pair: pair[0]):
@@ -114,29 +116,52 @@ class ModelRanking:
 
     Ranking costs seconds per shape, so `tune run` never ranks ahead of time: a key already
     tuned is skipped before anything asks, and a resumed run pays only for the studies it
-    starts. The same (kernel, space, shape) asked again, by a retried or a second study of
-    the key, gets the kept list. Safe to share between the device threads.
+    starts. The job may `prefetch` the next study's ranking while this one measures (one
+    background thread: the GPU does not wait for the model). The same (kernel, space, shape)
+    asked again, by a retried or a second study of the key, gets the kept list. Safe to
+    share between the device threads.
     """
 
     def __init__(self, spec, smem_limit: int, count: int = MODEL_TOP):
         self.spec, self.smem_limit, self.count = spec, smem_limit, count
-        self._ranked: dict[tuple, list[dict]] = {}
+        self._ranked: dict[tuple, Future] = {}
         self._lock = threading.Lock()
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="model-ranking")
 
-    def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
+    def _future(self, kernel, space: SearchSpace, shape: Shape, ahead: bool) -> Future:
         # The weight does not change the ranking; the rest of the shape and the space do.
         key = (kernel.name, kernel.source_hash, space.hash,
                shape.M, shape.N, shape.K, shape.dtype, shape.layout)
         with self._lock:
             if key in self._ranked:
-                return [dict(c) for c in self._ranked[key]]
-        ranked = model_configs(kernel, space, shape, self.spec, self.smem_limit, self.count)
-        with self._lock:
-            self._ranked.setdefault(key, ranked)
-        return [dict(c) for c in ranked]
+                return self._ranked[key]
+            if ahead:
+                future = self._ahead.submit(model_configs, kernel, space, shape, self.spec,
+                                            self.smem_limit, self.count)
+            else:
+                future = Future()
+            self._ranked[key] = future
+        if not ahead:  # ranked here, outside the lock: other keys need not wait for it
+            try:
+                future.set_result(model_configs(kernel, space, shape, self.spec,
+                                                self.smem_limit, self.count))
+            except BaseException as e:
+                future.set_exception(e)
+        return future
+
+    def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
+        return [dict(c) for c in self._future(kernel, space, shape, ahead=False).result()]
+
+    def prefetch(self, kernel, space: SearchSpace, shape: Shape) -> None:
+        """Start ranking a study that is to come, in the background."""
+        self._future(kernel, space, shape, ahead=True)
+
+    def close(self) -> None:
+        """Stop ranking ahead (a ranking under way finishes)."""
+        self._ahead.shutdown(wait=False, cancel_futures=True)
 
     def __len__(self) -> int:
-        """How many rankings were computed (what a resume should keep at its new studies)."""
+        """How many rankings were asked for (what a resume should keep at its new studies)."""
         return len(self._ranked)
 
 
