@@ -7,9 +7,9 @@ Passes, each in this process, on GPU 0, each cold (an empty database and Triton 
 - reference: the search before issue 40, pinned by its flags (--no-early-stop --patience 24
   --polish 12): the winners and seconds the new defaults are held to;
 - new: `tune run`'s defaults;
-- warm: each shape's neighbour (its M doubled; N doubled where M is 1) tuned with the new
-  pass's database and Triton cache, so that a tuned key sits next to it, as the next M of a
-  sweep would;
+- warm: each shape's neighbour (its M doubled, N where M is 1; 1.5x where that shape is
+  listed) tuned with the new pass's database and Triton cache, so that a tuned key sits
+  next to it, as the next M of a sweep would;
 - compare: per shape, the reference's and the new pass's winners re-timed side by side
   (tuner.execution: L2 flushed, interleaved), by device time and by eager time per call.
 
@@ -59,10 +59,16 @@ def budget(name: str, seed: int):
                        polish=DEFAULT_POLISH, early_stop=True)
 
 
-def neighbour(shape):
-    """The key next to a tuned one: M doubled (N where M is 1: the gemv kernel's key)."""
+def neighbour(shape, listed=()):
+    """The key next to a tuned one: M doubled (N where M is 1: the gemv kernel's key), or
+    times 1.5 where that is a listed shape (tuned in the new pass already)."""
     from dataclasses import replace
-    return replace(shape, N=shape.N * 2) if shape.M == 1 else replace(shape, M=shape.M * 2)
+    field = "N" if shape.M == 1 else "M"
+    size = getattr(shape, field)
+    doubled = replace(shape, **{field: size * 2})
+    if str(doubled) not in {str(s) for s in listed}:
+        return doubled
+    return replace(shape, **{field: size + size // 2})
 
 
 def studies(db_path: Path) -> dict[str, dict]:
@@ -93,14 +99,13 @@ def tune_pass(name: str, shapes, work: Path, args) -> None:
             source.backup(copy)  # with what the write-ahead log still holds
         if (work / "cache-new").exists():  # the interpreter compiles nothing
             shutil.copytree(work / "cache-new", cache, dirs_exist_ok=True)
-        shapes = [neighbour(s) for s in shapes]
+        shapes = [neighbour(s, shapes) for s in shapes]
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers this pass starts inherit it
     workers = Workers(args.backend, os.cpu_count() or 1, 120.0, (0,) if args.backend == "gpu"
                       else None)
-    # retune: a neighbour that is itself a listed shape is tuned again, warm
     summary = tune_run(Database(f"sqlite:///{db}", create=True), shapes, args.space,
                        budget(name, args.seed), workers, [f"tune_speed {name}"],
-                       retune=name == "warm", reporter=Silent())
+                       reporter=Silent())
     tuned = studies(db)
     labels = [str(s) for s in shapes]
     with (work / "results.jsonl").open("a") as out:
@@ -154,7 +159,7 @@ def report(results: dict, shapes) -> str:
              "eager vs ref | warm shape | warm s | warm trials |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for shape in shapes:
-        label, warm_label = str(shape), str(neighbour(shape))
+        label, warm_label = str(shape), str(neighbour(shape, shapes))
         ref, new = results["reference"].get(label), results["new"].get(label)
         cmp, warm = results["compare"].get(label), results["warm"].get(warm_label)
 
@@ -173,8 +178,8 @@ def report(results: dict, shapes) -> str:
         lines.append(f"\nreference seconds per shape: median {statistics.median(ref_s):.1f}, "
                      f"max {max(ref_s):.1f} over {len(ref_s)} shapes")
     compared = [results["compare"][label] for label in labels if label in results["compare"]]
-    warm_s = [results["warm"][str(neighbour(s))]["seconds"] for s in shapes
-              if str(neighbour(s)) in results["warm"]]
+    warm_s = [results["warm"][str(neighbour(s, shapes))]["seconds"] for s in shapes
+              if str(neighbour(s, shapes)) in results["warm"]]
     if new_s and compared and warm_s:
         device, eager = [c["device"] for c in compared], [c["eager"] for c in compared]
         lines += [
@@ -218,7 +223,8 @@ def main() -> None:
         done = load(args.work)[name]
         if name == "compare":
             compare_pass(load(args.work), args.work, args)
-        elif not any(str(neighbour(s) if name == "warm" else s) in done for s in shapes):
+        elif not any(str(neighbour(s, shapes) if name == "warm" else s) in done
+                     for s in shapes):
             tune_pass(name, shapes, args.work, args)
     table = report(load(args.work), shapes)
     print(table)

@@ -142,13 +142,13 @@ class TuneJob:
         """How a study starts (tuner.search.warmstart). Only a study with nothing measured
         yet enqueues its configs, and an exhaustive one tries its whole space instead, so
         the model ranks (seconds) only for those that will use it. With early_stop, a key
-        next to tuned ones (within NEAR_KEYS) starts from their winners alone and ends once
-        they are measured: no ranking at all."""
+        next to other tuned keys (within NEAR_KEYS) starts from their winners alone and ends
+        once they are measured: no ranking at all (not with retune: it asks for a search)."""
         kernel, space = KERNELS[plan.kernel], self.spaces[plan.kernel]
         if self.budget.exhaustive:
             return WarmStart([])
         library = library_configs(kernel, space)
-        if self.budget.early_stop and not record.trials:
+        if self.budget.early_stop and not self.retune and not record.trials:
             near = nearest_winner_configs(self.store, self.device, kernel_row, space,
                                           plan.shape, within=NEAR_KEYS)
             if near:

@@ -143,7 +143,7 @@ class StudyRunner:
         # The warm start's configs not asked of Optuna yet: with early_stop the sampler waits
         # until they are asked and measured (none for a resumed study, which enqueues none).
         self.unasked = {config_signature(c) for c in self.warm_start}
-        self.ended_by: Stop | None = None  # the last rule that ended the search
+        self.ended_by: Stop | None = None  # the rule that ended the search, if one did
 
     @property
     def trial_limit(self) -> int:
@@ -176,9 +176,8 @@ class StudyRunner:
 
     def search_stop(self) -> Stop | None:
         """Why the sampler should be asked no more (tuner.search.stopping), or None; the
-        last reason seen is kept for the study's row."""
-        why = None
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        latest answer is kept: the study's row says why its search ended."""
+        if self._past_deadline():
             why = Stop(RUN_BUDGET if self.deadline == self.run_deadline else STUDY_BUDGET,
                        "time spent")
         elif self.confirms_warm_start and not self.unasked and not self._opening():
@@ -188,8 +187,7 @@ class StudyRunner:
                    if t.status == TrialStatus.OK and t.p50_ms]
             why = search_stop(self._attempted_objectives(), ran, self.budget.patience,
                               self.bound)
-        if why is not None:
-            self.ended_by = why
+        self.ended_by = why
         return why
 
     # -- bookkeeping ----------------------------------------------------------------------
