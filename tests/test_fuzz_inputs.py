@@ -94,7 +94,7 @@ def invoke(args: list[str], workdir: Path):
         mp.chdir(workdir)
         mp.delenv("TUNE_DB", raising=False)
         mp.setattr("tuner.tuning.tune_plans", lambda *a, **k: SimpleNamespace(
-            tuned=[], skipped=[], busy=[], failed=[]))
+            tuned=[], skipped=[], busy=[], failed=[], unstarted=[]))
         mp.setattr("tuner.tuning.Workers.executor",
                    lambda self, devices: SimpleNamespace(close=lambda: None))
         return CliRunner().invoke(main, args)

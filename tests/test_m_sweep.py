@@ -56,7 +56,7 @@ def test_tune_run_tunes_the_swept_shapes(shapes_file, monkeypatch, tmp_path):
 
     def fake_run(db, shapes, *args):  # the planning's input, nothing tuned
         planned.extend(shapes)
-        return SimpleNamespace(tuned=[], skipped=[], busy=[], failed=[])
+        return SimpleNamespace(tuned=[], skipped=[], busy=[], failed=[], unstarted=[])
     monkeypatch.setattr(tuner.tuning, "tune_run", fake_run)
     result = CliRunner().invoke(main, ["run", "--shapes", str(shapes_file), "--m", "1-4,16",
                                        "--backend", "interpret", "--db",

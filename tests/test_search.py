@@ -80,14 +80,17 @@ def world(tmp_path):
     run = store.start_run(device, "gpu", ["tune"])
 
     def runner(executor, trials, timeout=None, retune=False, space=SPACE, patience=None,
-               warm_start=(), exhaustive=False, launch=GRAPH, polish=0):
+               warm_start=(), exhaustive=False, launch=GRAPH, polish=0, early_stop=False,
+               batch=4, **study):
+        """A StudyRunner of SHAPE; `study`: StudyRunner's other keywords (bound, ...)."""
         record = store.open_study(device, kernel_row, store.space(space), SHAPE.key(), SHAPE,
                                   seed=3, retune=retune, launch=launch)
-        budget = StudyBudget(trials, timeout, 3, batch=4, patience=patience,
-                             exhaustive=exhaustive, launch=launch, polish=polish)
+        budget = StudyBudget(trials, timeout, 3, batch=batch, patience=patience,
+                             exhaustive=exhaustive, launch=launch, polish=polish,
+                             early_stop=early_stop)
         records = StudyRecords(store, optuna_storage(url), run, device, kernel_row, record)
         return StudyRunner(records, DeviceSlot(executor, 0, 232448), KERNELS["mm"], space,
-                           SHAPE, budget, warm_start=warm_start), record
+                           SHAPE, budget, warm_start=warm_start, **study), record
     return SimpleNamespace(store=store, runner=runner, device=device, kernel_row=kernel_row,
                            url=url)
 

@@ -21,6 +21,13 @@ from tuner.dtypes import DTYPES
 from tuner.errors import UsageError, UserError
 from tuner.objective import DEFAULT_LAUNCH, LAUNCH_MODES
 from tuner.reporting import STDERR
+from tuner.search.budget import (
+    DEFAULT_PATIENCE,
+    DEFAULT_POLISH,
+    DEFAULT_TRIALS,
+    REFERENCE_PATIENCE,
+    REFERENCE_POLISH,
+)
 from tuner.shapes import LAYOUTS, load_shapes, parse_m_values, swept_m
 
 # SQLite URLs of an in-memory database: gone when the command ends, with nothing tuned kept.
@@ -192,18 +199,31 @@ def m_option(what: str):
 @m_option("Tune")
 @click.option("--space", "space_paths", multiple=True, type=click.Path(dir_okay=False),
               help="A search-space YAML replacing the built-in one for its kernel (repeatable).")
-@click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
-              help="Trials per study (one study per bucketed key).")
+@click.option("--trials", default=DEFAULT_TRIALS, show_default=True,
+              type=click.IntRange(min=1),
+              help="Trials per study (one study per bucketed key), at most.")
+@click.option("--budget-s", "budget_s", default=None, type=FiniteFloatRange(min=1),
+              help="Seconds each study may search, at most, keeping the best found (its "
+                   "final re-timing follows); at least 1.")
 @click.option("--timeout", "timeout_s", default=None, type=FiniteFloatRange(min=1),
-              help="Seconds per study, at most; at least 1 (a study stopped before its first "
-                   "configs were measured would have nothing to show).")
-@click.option("--patience", default=24, show_default=True, type=click.IntRange(min=1),
-              help="Stop a study after this many trials in a row without a 0.5% gain "
-                   "(replayed on an H200 recording with `tune replay`: 20% fewer trials "
-                   "than 40, same median).")
-@click.option("--polish", default=12, show_default=True, type=click.IntRange(min=0),
+              help="Deprecated: the old name of --budget-s.")
+@click.option("--run-budget-s", "run_budget_s", default=None, type=FiniteFloatRange(min=1),
+              help="Seconds the whole run may tune: the study under way ends as --budget-s "
+                   "would, and the studies not started are left for the same command to "
+                   "resume.")
+@click.option("--patience", default=DEFAULT_PATIENCE, show_default=True,
+              type=click.IntRange(min=1),
+              help="Stop a study after this many trials in a row without a 0.5% gain.")
+@click.option("--polish", default=DEFAULT_POLISH, show_default=True, type=click.IntRange(min=0),
               help="Trials past the sampler's that step from a study's best config to its "
                    "neighbours, one parameter at a time (0: none).")
+@click.option("--early-stop/--no-early-stop", default=True, show_default=True,
+              help="End a study where nothing untried can win: cuBLAS and the model's top "
+                   "configs measured first, then the model, calibrated by them, bounds the "
+                   "rest; a key next to tuned ones ends once their winners are measured; a "
+                   "stopped search leaves its configs in flight unmeasured. The search "
+                   f"before them: --no-early-stop --patience {REFERENCE_PATIENCE} --polish "
+                   f"{REFERENCE_POLISH}.")
 @click.option("--seed", default=0, show_default=True, type=SEED_TYPE,
               help="Seed of the sampler and inputs.")
 @_db_option(create=True)
@@ -231,13 +251,20 @@ def m_option(what: str):
 @compile_timeout_option
 @click.pass_obj
 @one_line_errors
-def run(db, shapes_path, m_values, space_paths, trials, timeout_s, patience, polish, seed,
-        retune, backend_name, devices_text, jobs, batch, sampler, exhaustive, launch,
-        compile_timeout_s):
+def run(db, shapes_path, m_values, space_paths, trials, budget_s, timeout_s, run_budget_s,
+        patience, polish, early_stop, seed, retune, backend_name, devices_text, jobs, batch,
+        sampler, exhaustive, launch, compile_timeout_s):
     """Tune every shape listed in --shapes (or, with --m, swept over M) and store every trial
     in the database."""
     from tuner.search.budget import StudyBudget
     from tuner.tuning import Workers, tune_run
+
+    if timeout_s is not None:
+        if budget_s is not None:
+            raise click.UsageError("--timeout is the old name of --budget-s: give one")
+        click.echo("warning: --timeout is deprecated and goes in the next release; use "
+                   "--budget-s", err=True)
+        budget_s = timeout_s
 
     shapes = load_shapes(shapes_path)
     if m_values:
@@ -246,11 +273,15 @@ def run(db, shapes_path, m_values, space_paths, trials, timeout_s, patience, pol
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--m'") from None
     workers = Workers(backend_name, jobs, compile_timeout_s, _device_list(devices_text))
-    budget = StudyBudget(trials, timeout_s, seed, batch or workers.default_batch, patience,
-                         sampler, exhaustive, launch, polish)
-    summary = tune_run(db, shapes, space_paths, budget, workers, sys.argv, retune, STDERR)
+    budget = StudyBudget(trials, budget_s, seed, batch or workers.default_batch, patience,
+                         sampler, exhaustive, launch, polish, early_stop)
+    summary = tune_run(db, shapes, space_paths, budget, workers, sys.argv, retune, STDERR,
+                       run_budget_s)
+    unstarted = (f", not started (run budget spent) {len(summary.unstarted)}"
+                 if summary.unstarted else "")
     click.echo(f"tuned {len(summary.tuned)}, already tuned {len(summary.skipped)}, "
-               f"busy elsewhere {len(summary.busy)}, failed {len(summary.failed)}", err=True)
+               f"busy elsewhere {len(summary.busy)}, failed {len(summary.failed)}{unstarted}",
+               err=True)
     if summary.failed:
         raise click.ClickException("no correct config found for: " + "; ".join(summary.failed))
 
@@ -288,9 +319,18 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
 @device_option
 @click.option("--save-recording", type=OUTPUT_PATH,
               help="Also write the recording read from --db to this file.")
-@click.option("--strategies", default="random,tpe,tpe-multivariate,gp,model,model+tpe,"
-              "model+tpe-multivariate,model+gp", show_default=True,
-              help="Comma-separated strategies to compare (tuner/search/replay.py).")
+@click.option("--strategies", default="tune-run,tune-run-before,random,tpe,tpe-multivariate,"
+              "gp,model,model+tpe,model+tpe-multivariate,model+gp", show_default=True,
+              help="Comma-separated strategies to compare (tuner/search/replay.py): "
+                   "tune-run is `tune run`'s defaults, stopping rules included; "
+                   "tune-run-before the search before them (--no-early-stop --patience "
+                   f"{REFERENCE_PATIENCE} --polish {REFERENCE_POLISH}).")
+@click.option("--cublas", "cublas_ratio", default=None, type=FiniteFloatRange(min=0,
+                                                                               min_open=True),
+              metavar="RATIO",
+              help="Add cuBLAS to each recorded shape at RATIO times its best TF/s (> 1: "
+                   "cuBLAS wins): recordings of Triton configs alone, replayed where cuBLAS "
+                   "wins or loses.")
 @click.option("--seeds", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1))
 @click.option("--in-flight", default=16, show_default=True, type=click.IntRange(min=1),
@@ -301,8 +341,8 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
               help="Draw the median curves to this PNG (needs matplotlib).")
 @click.pass_obj
 @one_line_errors
-def replay(db, recording_path, device_selector, save_recording, strategies, seeds, trials,
-           in_flight, jobs, plot_path):
+def replay(db, recording_path, device_selector, save_recording, strategies, cublas_ratio,
+           seeds, trials, in_flight, jobs, plot_path):
     """Compare search strategies on recorded timings (`tune run --exhaustive`): no GPU."""
     from tuner.reports import replay_strategies
     from tuner.search.replay import STRATEGIES
@@ -318,7 +358,7 @@ def replay(db, recording_path, device_selector, save_recording, strategies, seed
         chosen.append(STRATEGIES[name])
     replay_strategies(db, recording_path,
                       device_selector, save_recording, chosen, seeds, trials, in_flight, jobs,
-                      plot_path, click.echo, STDERR)
+                      plot_path, click.echo, STDERR, cublas_ratio)
 
 
 # What the deprecated `tune export --format X` names, as subcommands.

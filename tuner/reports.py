@@ -11,8 +11,9 @@ from tuner.reporting import STDERR, Reporter
 def show_table(store, device_selector: str | None, failures: bool,
                reporter: Reporter = STDERR):
     """`tune show`: a rich Table of one device's current winners (shape, config, device time,
-    host time per eager call, TFLOP/s, speed against cuBLAS), or with `failures` of the
-    configs remembered as failing on the matching devices."""
+    host time per eager call, TFLOP/s, speed against cuBLAS, the rule that ended its study's
+    search), or with `failures` of the configs remembered as failing on the matching
+    devices."""
     if failures:
         return failures_table(store, device_selector)
     from rich.table import Table
@@ -23,7 +24,7 @@ def show_table(store, device_selector: str | None, failures: bool,
     device, winners = current_device_winners(store, device_selector, reporter)
     table = Table(title=f"winners on {device.name} [{device.fingerprint}]")
     numbers = ("ms", "host µs", "TFLOP/s", "vs cuBLAS")
-    for column in ("kernel", "tuned shape", "config", *numbers):
+    for column in ("kernel", "tuned shape", "config", *numbers, "ended by"):
         # a narrow terminal wraps the other cells, never the shape that names the row
         table.add_column(column, justify="right" if column in numbers else "left",
                          no_wrap=column == "tuned shape")
@@ -32,8 +33,16 @@ def show_table(store, device_selector: str | None, failures: bool,
         ratio = f"{study.baseline_ms / t.p50_ms:.2f}x" if study.baseline_ms else "-"
         host_us = "-" if t.host_us is None else f"{t.host_us:.1f}"
         table.add_row(w.kernel.name, study.shape_label, config_label(t.params),
-                      f"{t.p50_ms:.4g}", host_us, f"{t.tflops:.4g}", ratio)
+                      f"{t.p50_ms:.4g}", host_us, f"{t.tflops:.4g}", ratio,
+                      ended_by(study.reason))
     return table
+
+
+def ended_by(reason: str | None) -> str:
+    """The rule that ended a study's search (tuner.search.stopping), from its stored reason
+    ("model bound: nothing untried ...; then 3 polish steps" -> "model bound"); "-" for a
+    study stored before the reason was kept."""
+    return reason.split(":")[0].split(";")[0] if reason else "-"
 
 
 def failures_table(store, device_selector: str | None):
@@ -76,10 +85,12 @@ def replay_strategies(db, recording_path: str | None, device_selector: str | Non
                       save_recording: str | None, strategies: Sequence, seeds: int, trials: int,
                       in_flight: int, jobs: int, plot_path: str | None,
                       out: Callable[[str], None] = print,
-                      reporter: Reporter = STDERR) -> None:
+                      reporter: Reporter = STDERR, cublas_ratio: float | None = None) -> None:
     """`tune replay`: replay the strategies (tuner.search.replay.Strategy) on a recording,
     read from `recording_path` or else from `db` (a tuner.db.database.Database, opened only
-    then), and report the median curves and the model's first pick to `out`."""
+    then), with cuBLAS added at `cublas_ratio` times each shape's best if given, and report
+    the median curves, where the stopping rules ended the studies and the model's first pick
+    to `out`."""
     from tuner.search import replay as replays
     from tuner.search import replay_report as report
 
@@ -91,11 +102,20 @@ def replay_strategies(db, recording_path: str | None, device_selector: str | Non
         raise replays.ReplayError("the recording holds no shape measured exhaustively")
     if save_recording:
         recording.save(save_recording)
+    cublas = ""
+    if cublas_ratio is not None:
+        recording = replays.Recording(recording.device, tuple(
+            replays.with_library(r, cublas_ratio) for r in recording.shapes))
+        cublas = f", cuBLAS added at {cublas_ratio:g}x each shape's best"
     curves = replays.compare(recording, strategies, seeds, trials, in_flight, jobs)
     out(f"# search strategies replayed on {len(recording.shapes)} recorded shapes "
-        f"({recording.device.name}), {seeds} seeds, {in_flight} configs in flight\n")
+        f"({recording.device.name}), {seeds} seeds, {in_flight} configs in flight{cublas}\n")
     out("median fraction of the exhaustive best found after n measured configs\n")
     out(report.curves_table(curves, trials))
+    out("\n## where the studies ended\n")
+    out("configs measured until the strategy's stopping rules (tuner/search/stopping.py) or "
+        "--trials ended it, polish steps included, and the fraction of the best found\n")
+    out(report.stops_table(curves))
     out("\n## the analytical model's first pick\n")
     out(report.model_quality_table(recording))
     if plot_path:

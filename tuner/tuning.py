@@ -81,23 +81,25 @@ def load_spaces(space_paths: Sequence[str] = ()) -> dict:
 
 
 def tune_plans(db, executor, spaces: dict, plans: list, budget, retune: bool,
-               command: list[str]):
+               command: list[str], run_budget_s: float | None = None):
     """Run the studies of the plans (tuner.search.pipeline.TuneJob) on `db` (a
-    tuner.db.database.Database), showing progress; the RunSummary."""
+    tuner.db.database.Database), within `run_budget_s` seconds if given, showing progress;
+    the RunSummary."""
     from tuner.search.pipeline import TuneJob
     from tuner.search.progress import RichReporter
 
     with RichReporter(len(plans)) as reporter:
-        job = TuneJob(db.store, db.optuna_storage, executor, spaces, budget, retune, reporter)
+        job = TuneJob(db.store, db.optuna_storage, executor, spaces, budget, retune, reporter,
+                      run_budget_s)
         return job.run(plans, command)
 
 
 def tune_run(db, shapes: list, space_paths: Sequence[str], budget: StudyBudget,
              workers: Workers, command: list[str], retune: bool = False,
-             reporter: Reporter = STDERR):
+             reporter: Reporter = STDERR, run_budget_s: float | None = None):
     """`tune run`: tune every shape into `db` (a tuner.db.database.Database), each study
-    within `budget` (tuned keys again with `retune`); the RunSummary. The reporter hears the
-    one-line summary of the plan."""
+    within `budget` and the whole within `run_budget_s` seconds (tuned keys again with
+    `retune`); the RunSummary. The reporter hears the one-line summary of the plan."""
     devices = workers.check()
 
     from tuner.kernels import kernel_for
@@ -115,6 +117,6 @@ def tune_run(db, shapes: list, space_paths: Sequence[str], budget: StudyBudget,
         where = f"GPUs {','.join(map(str, devices))}" if devices else "the CPU interpreter"
         reporter.note(f"{len(shapes)} shapes -> {len(plans)} studies on {where}, "
                       f"{budget.trials} trials each (configs in space: {sizes})")
-        return tune_plans(db, executor, spaces, plans, budget, retune, command)
+        return tune_plans(db, executor, spaces, plans, budget, retune, command, run_budget_s)
     finally:
         executor.close()

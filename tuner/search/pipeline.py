@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,11 +22,15 @@ from tuner.model.predict import device_spec
 from tuner.objective import call_ms
 from tuner.search.budget import StudyBudget
 from tuner.search.planning import KeyPlan
+from tuner.search.stopping import ModelBound
 from tuner.search.study import DeviceSlot, StudyRecords, StudyRunner
 from tuner.search.warmstart import (
+    NEAR_KEYS,
     ModelRanking,
     library_configs,
+    log_distance,
     merged,
+    model_bound,
     nearest_winner_configs,
 )
 from tuner.space import SearchSpace
@@ -46,13 +51,28 @@ class RunSummary:
     skipped: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # being tuned by another process
     failed: list[str] = field(default_factory=list)
+    unstarted: list[str] = field(default_factory=list)  # left when the run's budget was spent
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """How a study starts (tuner.search.warmstart): the configs it tries first, the model's
+    bound on the rest, and whether those configs (near keys' winners) finish it alone."""
+    configs: list[dict]
+    bound: ModelBound | None = None
+    confirms: bool = False
 
 
 class TuneJob:
     def __init__(self, store: Store, storage, executor: Executor, spaces: dict[str, SearchSpace],
-                 budget: StudyBudget, retune: bool, reporter: ProgressReporter):
+                 budget: StudyBudget, retune: bool, reporter: ProgressReporter,
+                 run_budget_s: float | None = None):
+        """`run_budget_s`: seconds the whole job may tune; studies it leaves unstarted are
+        reported, and the same command resumes them."""
         self.store, self.storage, self.executor = store, storage, executor
         self.spaces, self.budget, self.retune, self.reporter = spaces, budget, retune, reporter
+        self.run_budget_s = run_budget_s
+        self.deadline: float | None = None
         self.summary = RunSummary()
         self.stop = threading.Event()
         self.error: BaseException | None = None  # a bug in a device thread, re-raised by run
@@ -65,12 +85,15 @@ class TuneJob:
         self.kernel_rows = {n: self.store.kernel(n, KERNELS[n].source_hash) for n in self.spaces}
         self.space_rows = {n: self.store.space(space) for n, space in self.spaces.items()}
         self.run_row = self.store.start_run(self.device, self.executor.options.backend, command)
+        if self.run_budget_s is not None:
+            self.deadline = time.monotonic() + self.run_budget_s
         self.claims = ClaimKeeper(self.store)
         # The model's warm-start picks, ranked when a study starts (seconds each) and kept:
         # finished keys never ask, so a resume costs what its new studies cost.
         self.ranking = ModelRanking(self.spec, self.smem_limit)
         todo: queue.Queue[KeyPlan] = queue.Queue()
-        for plan in self._unfinished(plans):
+        self.order = self._unfinished(plans)
+        for plan in self.order:
             todo.put(plan)
         threads = [threading.Thread(target=self._device_loop, args=(slot, todo), daemon=True,
                                     name=f"device-slot-{slot}")
@@ -90,6 +113,7 @@ class TuneJob:
             self.stop.set()
             raise
         finally:
+            self.ranking.close()
             self.claims.close()
             self.store.finish_run(self.run_row, status)
         return self.summary
@@ -114,18 +138,39 @@ class TuneJob:
             self.device, self.kernel_rows[plan.kernel], self.space_rows[plan.kernel],
             plan.key) is not None
 
-    def _warm_start(self, plan: KeyPlan, kernel_row, record) -> list[dict]:
-        """The configs a study starts from (tuner.search.warmstart). Only a study with nothing
-        measured yet enqueues them, and an exhaustive one tries its whole space instead, so
-        the model ranks (seconds) only for those that will use it."""
+    def _warm_start(self, plan: KeyPlan, kernel_row, record) -> WarmStart:
+        """How a study starts (tuner.search.warmstart). Only a study with nothing measured
+        yet enqueues its configs, and an exhaustive one tries its whole space instead, so
+        the model ranks (seconds) only for those that will use it. With early_stop, a key
+        next to other tuned keys (within NEAR_KEYS) starts from their winners alone and ends
+        once they are measured: no ranking at all (not with retune: it asks for a search)."""
         kernel, space = KERNELS[plan.kernel], self.spaces[plan.kernel]
         if self.budget.exhaustive:
-            return []
+            return WarmStart([])
+        library = library_configs(kernel, space)
+        if self.budget.early_stop and not self.retune and not record.trials:
+            near = nearest_winner_configs(self.store, self.device, kernel_row, space,
+                                          plan.shape, within=NEAR_KEYS)
+            if near:
+                return WarmStart(merged(library, near), confirms=True)
         picks = [] if record.trials else self.ranking.configs(kernel, space, plan.shape)
-        return merged(library_configs(kernel, space),
-                      nearest_winner_configs(self.store, self.device, kernel_row, space,
-                                             plan.shape),
-                      picks)
+        configs = merged(library, nearest_winner_configs(self.store, self.device, kernel_row,
+                                                         space, plan.shape), picks)
+        return WarmStart(configs, model_bound(kernel, plan.shape, self.spec, picks))
+
+    def _rank_ahead(self, plan: KeyPlan) -> None:
+        """Start ranking the studies the device threads take after this one, so that the
+        GPU does not wait for the model between studies; not those next to a key planned
+        before them, which (with early_stop) will start from its winner, unranked."""
+        after = self.order[self.order.index(plan) + 1:][:self.executor.slots]
+        for upcoming in after:
+            earlier = self.order[:self.order.index(upcoming)]
+            if self.budget.early_stop and any(
+                    p.kernel == upcoming.kernel and p.shape.dtype == upcoming.shape.dtype
+                    and log_distance(p.key, upcoming.shape) <= NEAR_KEYS for p in earlier):
+                continue
+            self.ranking.prefetch(KERNELS[upcoming.kernel], self.spaces[upcoming.kernel],
+                                  upcoming.shape)
 
     def _device_loop(self, slot: int, todo: queue.Queue) -> None:
         while not self.stop.is_set():
@@ -133,6 +178,10 @@ class TuneJob:
                 plan = todo.get_nowait()
             except queue.Empty:
                 return
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                self.summary.unstarted.append(plan.label)
+                self.reporter.key_done(plan, "not started: the run's budget is spent")
+                continue
             try:
                 self._tune_key(slot, plan)
             except BaseException as e:  # a bug, not a config: stop every slot, fail the run
@@ -157,12 +206,16 @@ class TuneJob:
                                            plan.shape, self.budget.seed, self.retune,
                                            self.budget.launch)
             space = self.spaces[plan.kernel]
+            start = self._warm_start(plan, kernel_row, record)
+            if not self.budget.exhaustive:
+                self._rank_ahead(plan)
             runner = StudyRunner(
                 StudyRecords(self.store, self.storage, self.run_row, self.device, kernel_row,
                              record),
                 DeviceSlot(self.executor, slot, self.smem_limit),
                 KERNELS[plan.kernel], space, plan.shape, self.budget,
-                warm_start=self._warm_start(plan, kernel_row, record),
+                warm_start=start.configs, bound=start.bound, confirms_warm_start=start.confirms,
+                run_deadline=self.deadline,
                 on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                 keep_going=lambda: not self.stop.is_set())
             self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible
@@ -176,14 +229,15 @@ class TuneJob:
     def _finish(self, slot, plan, record, outcome) -> None:
         best = outcome.best
         if best is None:
-            self.store.finish_study(record, None, None, "no config ran correctly")
+            self.store.finish_study(record, None, None,
+                                    f"no config ran correctly ({outcome.ended_by})")
             self.summary.failed.append(plan.label)
             self.reporter.key_done(plan, "no config ran correctly")
             return
         baseline = self.executor.baseline(slot, plan.shape, record.seed)
         baseline_ms = baseline.p50_ms if baseline else None
-        self.store.finish_study(record, best, baseline_ms, final=outcome.final,
-                                tied_trial_ids=outcome.tied)
+        self.store.finish_study(record, best, baseline_ms, outcome.ended_by,
+                                final=outcome.final, tied_trial_ids=outcome.tied)
         self.summary.tuned.append(plan.label)
         launch = self.budget.launch
         ms = outcome.final.p50_ms if outcome.final else call_ms(best, launch)
@@ -191,4 +245,5 @@ class TuneJob:
         versus = f", {baseline_ms / best.p50_ms:.2f}x torch.matmul" if baseline_ms else ""
         tie = f", tied with {len(outcome.tied)}" if outcome.tied else ""
         self.reporter.key_done(plan, f"best {plan.shape.flops / ms / 1e9:.4g} TFLOP/s per "
-                                     f"{launch} call{versus}, {config_label(best.params)}{tie}")
+                                     f"{launch} call{versus}, {config_label(best.params)}{tie}"
+                                     f" (ended by {outcome.ended_by})")

@@ -22,7 +22,7 @@ import statistics
 import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import optuna
@@ -33,8 +33,16 @@ from tuner.errors import UserError
 from tuner.formats.files import write_bytes_atomic
 from tuner.kernels import KERNELS, kernel_variants
 from tuner.kernels.calls import meta_gemm
+from tuner.search.budget import (
+    DEFAULT_PATIENCE,
+    DEFAULT_POLISH,
+    REFERENCE_PATIENCE,
+    REFERENCE_POLISH,
+)
 from tuner.search.samplers import make_sampler
+from tuner.search.stopping import search_stop
 from tuner.search.study import ASKS_PER_TRIAL
+from tuner.search.warmstart import library_configs, library_variants, merged, model_bound
 from tuner.shapes import Shape, checked_shape
 from tuner.space import SearchSpace, config_signature, parse_space
 from tuner.statuses import TrialStatus
@@ -164,11 +172,21 @@ def recording_from_store(store, device) -> tuple[Recording, list[str]]:
 @dataclass(frozen=True)
 class Strategy:
     """A sampler (tuner.search.samplers), or None for the model's ranking alone, and whether the
-    study first tries the model's top configs (as `tune run` does)."""
+    study first tries the model's top configs (as `tune run` does); and how the study ends
+    (tuner.search.stopping): its patience, its polish steps and the model's bound."""
     name: str
     sampler: str | None
     model_warm_start: bool
+    patience: int | None = None
+    polish: int = 0
+    model_bound: bool = False
 
+
+# `tune run`'s defaults, today's and those before issue 40 (its reference), replayed beside
+# the bare strategies.
+TUNE_RUN = Strategy("tune-run", "tpe", True, DEFAULT_PATIENCE, DEFAULT_POLISH, True)
+TUNE_RUN_BEFORE = Strategy("tune-run-before", "tpe", True, REFERENCE_PATIENCE,
+                           REFERENCE_POLISH, False)
 
 STRATEGIES = {s.name: s for s in (
     Strategy("random", "random", False),
@@ -179,6 +197,8 @@ STRATEGIES = {s.name: s for s in (
     Strategy("model+tpe", "tpe", True),
     Strategy("model+tpe-multivariate", "tpe-multivariate", True),
     Strategy("model+gp", "gp", True),
+    TUNE_RUN,
+    TUNE_RUN_BEFORE,
 )}
 
 
@@ -192,29 +212,55 @@ def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int) -> list
 
 
 def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int,
-           in_flight: int, warm_start: Sequence[dict] = ()) -> list[float]:
-    """Fraction of the recording's best found after each of up to `trials` measured configs.
+           in_flight: int, warm_start: Sequence[dict] = (),
+           device: DeviceInfo | None = None) -> list[float]:
+    """Fraction of the recording's best found after each measured config: up to `trials`
+    from the sampler, fewer where the strategy's stopping rules end it sooner, then its
+    polish steps.
 
     `warm_start` holds the configs a study tries first (the model's picks); a model-only
-    strategy measures them alone, in order.
+    strategy measures them alone, in order. A study first measures the library calls
+    (cuBLAS) the recording holds, as `tune run` does; `device` (the recording's) gives the
+    model's bound its spec.
     """
     if strategy.sampler is None:
         values = [recording.tflops[config_signature(c)] for c in warm_start[:trials]]
         return _fractions(values, recording.best)
     study = optuna.create_study(direction="maximize",
                                 sampler=make_sampler(strategy.sampler, seed))
-    for config in warm_start if strategy.model_warm_start else ():
+    kernel = KERNELS[recording.kernel]
+    first = merged(library_configs(kernel, recording.space),
+                   list(warm_start) if strategy.model_warm_start else [])
+    for config in first:
         study.enqueue_trial(config, skip_if_exists=False)
+    bound = None
+    if strategy.model_bound and device is not None:
+        from tuner.model.predict import device_spec
+        bound = model_bound(kernel, recording.shape, device_spec(device), list(warm_start))
     measured: dict[tuple, float] = {}
     flying: deque[tuple[optuna.trial.Trial, tuple]] = deque()
     values: list[float] = []
+    warm = {config_signature(c) for c in first}
+    unasked = set(warm)
     asks = 0
+
+    def opening() -> bool:
+        """The warm start is asked and still partly in flight: the sampler waits for it."""
+        return not unasked and any(s in warm for _, s in flying)
+
+    def stop():
+        ran = [(dict(sig), recording.shape.flops / tf / 1e9) for sig, tf in measured.items()
+               if tf > 0]
+        return search_stop(values, ran, strategy.patience, bound)
+
     while len(values) < trials:
         while (len(flying) < in_flight and len(values) + len(flying) < trials
-               and asks < trials * ASKS_PER_TRIAL):
+               and asks < trials * ASKS_PER_TRIAL and stop() is None
+               and not (strategy.model_bound and opening())):
             trial = study.ask()
             asks += 1
             signature = config_signature(recording.space.suggest(trial))
+            unasked.discard(signature)
             if signature in measured:
                 study.tell(trial, measured[signature])
             elif any(signature == s for _, s in flying):
@@ -223,13 +269,31 @@ def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int
                 study.tell(trial, 0.0)
             else:
                 flying.append((trial, signature))
-        if not flying:
+        if not flying or ((why := stop()) is not None
+                          and (why.drops_in_flight or strategy.model_bound)):
             break
         trial, signature = flying.popleft()
         measured[signature] = recording.tflops[signature]
         study.tell(trial, measured[signature])
         values.append(measured[signature])
+    values += _polished(recording, measured, strategy.polish)
     return _fractions(values, recording.best)
+
+
+def _polished(recording: ShapeRecording, measured: dict[tuple, float], polish: int) -> list:
+    """The polish steps of a study (tuner.search.study): rounds of the best config's
+    unmeasured neighbours, while the best moves and steps are left; their TF/s in order."""
+    values: list[float] = []
+    while len(values) < polish:
+        best = dict(max(measured, key=measured.get))
+        steps = [config_signature(c) for c in recording.space.neighbours(best)]
+        steps = [s for s in steps if s in recording.tflops and s not in measured]
+        if not steps:
+            break
+        for signature in steps[:polish - len(values)]:
+            measured[signature] = recording.tflops[signature]
+            values.append(measured[signature])
+    return values
 
 
 def _fractions(values: Iterable[float], best: float) -> list[float]:
@@ -249,8 +313,8 @@ def median_curve(curves: Sequence[Sequence[float]], trials: int) -> list[float]:
 
 # -- comparing strategies --------------------------------------------------------------------
 def _replay_task(args) -> tuple[str, list[float]]:
-    recording, strategy, seed, trials, in_flight, picks = args
-    return strategy.name, replay(recording, strategy, seed, trials, in_flight, picks)
+    recording, strategy, seed, trials, in_flight, picks, device = args
+    return strategy.name, replay(recording, strategy, seed, trials, in_flight, picks, device)
 
 
 def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, trials: int,
@@ -270,10 +334,25 @@ def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, tr
         ranking = model_ranking(r, recording.device, k=trials)
         warm_start = model_configs(KERNELS[r.kernel], r.space, r.shape, spec,
                                    recording.device.smem_per_block)
-        tasks += [(r, s, seed, trials, in_flight, ranking if s.sampler is None else warm_start)
+        tasks += [(r, s, seed, trials, in_flight, ranking if s.sampler is None else warm_start,
+                   recording.device)
                   for s in strategies for seed in range(seeds if s.sampler else 1)]
     curves: dict[str, list[list[float]]] = {s.name: [] for s in strategies}
     with ProcessPoolExecutor(max(1, jobs)) as pool:
         for name, curve in pool.map(_replay_task, tasks, chunksize=4):
             curves[name].append(curve)
     return curves
+
+
+def with_library(recording: ShapeRecording, ratio: float) -> ShapeRecording:
+    """The recording with each library variant of its kernel (cuBLAS) added to its space,
+    measured at `ratio` times the recorded best TF/s: what the search does where cuBLAS wins
+    (ratio > 1) or loses, for recordings taken without it."""
+    kernel = KERNELS[recording.kernel]
+    space, tflops = recording.space, dict(recording.tflops)
+    for name in sorted(library_variants(kernel) - set(space.variant_params)):
+        space = replace(space, params={**space.params,
+                                       "variant": (*space.params["variant"], name)},
+                        variant_params={**space.variant_params, name: ("variant", "pad")})
+        tflops[config_signature({"variant": name, "pad": 0})] = recording.best * ratio
+    return ShapeRecording(recording.shape, recording.kernel, space, tflops)

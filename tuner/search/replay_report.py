@@ -37,6 +37,19 @@ def curves_table(curves: dict[str, list[list[float]]], trials: int) -> str:
     return "\n".join(lines)
 
 
+def stops_table(curves: dict[str, list[list[float]]]) -> str:
+    """Markdown: per strategy, how many configs its studies measured before their stopping
+    rules ended them, and the fraction of the best they ended with (a strategy without rules
+    measures its `--trials`)."""
+    lines = ["| strategy | runs | configs measured: median | max | final fraction: geomean "
+             "| min |", "|---|---|---|---|---|---|"]
+    for name, runs in curves.items():
+        lengths, finals = [len(c) for c in runs], [c[-1] for c in runs]
+        lines.append(f"| {name} | {len(runs)} | {statistics.median(lengths):g} | "
+                     f"{max(lengths)} | {geomean(finals):.3f} | {min(finals):.3f} |")
+    return "\n".join(lines)
+
+
 def model_pick_ratios(recording: Recording) -> list[tuple[ShapeRecording, float, float]]:
     """Per recorded shape: (its recording, the best TF/s, the model's first pick's TF/s)."""
     rows = []

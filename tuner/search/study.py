@@ -8,7 +8,9 @@ draws the variant first and then only that variant's parameters (SearchSpace.sug
 known to fail for this specialization are skipped without compiling or timing, and configs
 found infeasible before compiling do not count against the trial budget. A new study first
 tries the configs it is given to warm-start from (tuner.search.warmstart), and a study may stop
-early once `patience` trials in a row bring no improvement. Then up to `polish` more trials
+early by the rules of tuner.search.stopping: patience, and with `early_stop` the model's bound
+and a confirmed warm start (the warm start is then measured before the sampler is asked, so
+that those rules can judge it), or once its time budget is spent. Then up to `polish` more trials
 descend from the best config, one parameter a step (its runnable neighbours not yet measured,
 round after round while the best moves): TPE spreads its trials over the whole space, and the
 best config's GROUP_M or BLOCK_K one value away can be faster still. At the
@@ -39,6 +41,16 @@ from tuner.kernels.calls import meta_gemm
 from tuner.objective import EAGER, call_tflops, finalists, ranked
 from tuner.search.budget import StudyBudget
 from tuner.search.samplers import make_sampler
+from tuner.search.stopping import (
+    RUN_BUDGET,
+    SPACE_SPENT,
+    STUDY_BUDGET,
+    TRIALS_SPENT,
+    WARM_CONFIRMED,
+    ModelBound,
+    Stop,
+    search_stop,
+)
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
 from tuner.statuses import TrialStatus
@@ -49,14 +61,12 @@ CANNOT_RUN_TFLOPS = 0.0  # what the sampler is told of a config that cannot run
 ASKS_PER_TRIAL = 10  # bound on asks when the sampler keeps proposing known configs
 
 
-IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% of the objective
-
-
 @dataclass(frozen=True)
 class StudyOutcome:
     best: Trial | None
     final: Timing | None = None
     tied: tuple[int, ...] = ()
+    ended_by: str | None = None  # why the search ended (tuner.search.stopping), for Study.reason
 
 
 @dataclass(frozen=True)
@@ -93,18 +103,23 @@ class StudyRunner:
 
     def __init__(self, records: StudyRecords, bench: DeviceSlot, kernel: Kernel,
                  space: SearchSpace, shape: Shape, budget: StudyBudget, *,
-                 warm_start: Sequence[dict] = (),
+                 warm_start: Sequence[dict] = (), bound: ModelBound | None = None,
+                 confirms_warm_start: bool = False, run_deadline: float | None = None,
                  on_trial: Callable[[int, TrialResult], None] = lambda done, result: None,
                  keep_going: Callable[[], bool] = lambda: True):
         """Where it stores and measures, what it searches and its knobs; by name, the configs
-        it tries first and its hooks: `on_trial(trials stored, result)` after each trial, and
-        `keep_going()`, asked between steps (False: stop, the study left open to resume)."""
+        it tries first, the model's bound on the rest (with budget.early_stop), whether the
+        study ends once its warm start is measured (the near keys' winners: with
+        budget.early_stop), the run's deadline (time.monotonic()), and its hooks:
+        `on_trial(trials stored, result)` after each trial, and `keep_going()`, asked
+        between steps (False: stop, the study left open to resume)."""
         self.store, self.storage, self.run_row = records.store, records.storage, records.run
         self.device, self.kernel_row, self.record = (records.device, records.kernel_row,
                                                      records.study)
         self.executor, self.slot, self.smem_limit = bench.executor, bench.slot, bench.smem_limit
         self.kernel, self.shape, self.budget = kernel, shape, budget
         self.on_trial, self.keep_going = on_trial, keep_going
+        self.run_deadline, self.deadline = run_deadline, run_deadline
         self.specialization = specialization(shape.key())
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
         # The study's own view of the space: a pad that leaves this shape as it is would only
@@ -117,11 +132,18 @@ class StudyRunner:
             self.warm_start = kernel.feasible_configs(self.space, self.meta_gemm,
                                                       self.smem_limit)
             self.budget = replace(budget, trials=len(self.warm_start), patience=None,
-                                  polish=0)
+                                  polish=0, early_stop=False)
+        self.bound = bound if self.budget.early_stop else None
+        self.confirms_warm_start = (confirms_warm_start and self.budget.early_stop
+                                    and bool(self.warm_start))
         self.stored: dict[tuple, Trial] = {}
         self.in_flight: dict[Future, _Pending] = {}
         self.asks = 0
         self.polished = 0  # trials granted to the descent from the best config so far
+        # The warm start's configs not asked of Optuna yet: with early_stop the sampler waits
+        # until they are asked and measured (none for a resumed study, which enqueues none).
+        self.unasked = {config_signature(c) for c in self.warm_start}
+        self.ended_by: Stop | None = None  # the rule that ended the search, if one did
 
     @property
     def trial_limit(self) -> int:
@@ -140,19 +162,33 @@ class StudyRunner:
             return CANNOT_RUN_TFLOPS
         return call_tflops(self.shape.flops, row, self.budget.launch)
 
-    def stalled(self) -> bool:
-        """True when the last `patience` attempted trials brought no real improvement."""
-        if self.budget.patience is None:
+    def _attempted_objectives(self) -> list[float]:
+        return [self.objective(t) for t in sorted(self.stored.values(), key=lambda t: t.number)
+                if t.status != TrialStatus.INFEASIBLE]
+
+    def _opening(self) -> bool:
+        """With early_stop, whether the warm start is still being measured: all of it asked
+        and some of it in flight (the sampler waits, and the rules judge it whole)."""
+        if not self.budget.early_stop or self.unasked:
             return False
-        best, since = 0.0, 0
-        for trial in sorted(self.stored.values(), key=lambda t: t.number):
-            if trial.status == TrialStatus.INFEASIBLE:
-                continue
-            since += 1
-            value = self.objective(trial)
-            if value > best * (1 + IMPROVEMENT):
-                best, since = value, 0
-        return since >= self.budget.patience
+        warm = {config_signature(c) for c in self.warm_start}
+        return any(p.signature in warm for p in self.in_flight.values())
+
+    def search_stop(self) -> Stop | None:
+        """Why the sampler should be asked no more (tuner.search.stopping), or None; the
+        latest answer is kept: the study's row says why its search ended."""
+        if self._past_deadline():
+            why = Stop(RUN_BUDGET if self.deadline == self.run_deadline else STUDY_BUDGET,
+                       "time spent")
+        elif self.confirms_warm_start and not self.unasked and not self._opening():
+            why = Stop(WARM_CONFIRMED, "the near keys' winners measured")
+        else:
+            ran = [(t.params, t.p50_ms) for t in self.stored.values()
+                   if t.status == TrialStatus.OK and t.p50_ms]
+            why = search_stop(self._attempted_objectives(), ran, self.budget.patience,
+                              self.bound)
+        self.ended_by = why
+        return why
 
     # -- bookkeeping ----------------------------------------------------------------------
     def _store(self, params: dict, result: TrialResult) -> Trial:
@@ -216,22 +252,34 @@ class StudyRunner:
                 study.set_user_attr(attr, value)
         return study
 
-    def _asking(self, deadline: float | None) -> bool:
+    def _asking(self) -> bool:
         """Whether the study still wants new configs (those in flight count as taken)."""
         taken = len(self.in_flight)
         return (self.attempted + taken < self.trial_limit
                 and len(self.stored) + taken < self.space.size
                 and self.asks < self.trial_limit * ASKS_PER_TRIAL
-                and self.keep_going() and (self.polished > 0 or not self.stalled())
-                and (deadline is None or time.monotonic() < deadline))
+                and self.keep_going() and not self._opening()
+                and (self.polished > 0 and not self._past_deadline()
+                     or self.search_stop() is None))
 
-    def _polish(self, study: optuna.Study, known_failures: set[str],
-                deadline: float | None) -> bool:
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _drop_in_flight(self, study: optuna.Study) -> None:
+        """The configs in flight, left unmeasured: told as failed, never stored; those still
+        waiting for a compile worker are cancelled."""
+        for future, pending in self.in_flight.items():
+            future.cancel()
+            study.tell(pending.trial, state=TrialState.FAIL)
+        self.in_flight.clear()
+
+    def _polish(self, study: optuna.Study, known_failures: set[str]) -> bool:
         """Queue the best config's runnable neighbours not measured yet, within what is left
         of the polish budget and the time; False when there is nothing to queue."""
         left = self.budget.polish - self.polished
         by_call = ranked(self.stored.values(), self.budget.launch)  # the best so far leads
-        if left <= 0 or not by_call or (deadline is not None and time.monotonic() >= deadline):
+        if (left <= 0 or not by_call or self._past_deadline()
+                or self.ended_by is not None and self.ended_by.rule == WARM_CONFIRMED):
             return False
         steps = [c for c in self.space.neighbours(by_call[0].params)
                  if config_signature(c) not in self.stored
@@ -250,10 +298,13 @@ class StudyRunner:
         for _ in range(max(room, 0) * ASKS_PER_TRIAL):
             if room <= 0:
                 return
+            if self._opening() or self._past_deadline():
+                return
             trial = study.ask()
             self.asks += 1
             params = self.space.suggest(trial)
             signature = config_signature(params)
+            self.unasked.discard(signature)
             if signature in self.stored:
                 self._tell(study, trial, self.stored[signature])
             elif signature in (p.signature for p in self.in_flight.values()):
@@ -291,22 +342,49 @@ class StudyRunner:
             for config in self.warm_start:  # distinct, and the study holds nothing yet
                 study.enqueue_trial(config, skip_if_exists=False)
         self._settle_interrupted(study)
+        if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            self.unasked.clear()  # a resumed study: its warm start was asked before
         known_failures = self.store.known_failures(self.device, self.kernel_row,
                                                    self.specialization)
-        deadline = (None if self.budget.timeout_s is None
-                    else time.monotonic() + self.budget.timeout_s)
+        if self.budget.budget_s is not None:
+            own = time.monotonic() + self.budget.budget_s
+            self.deadline = own if self.run_deadline is None else min(own, self.run_deadline)
         while self.keep_going():
-            if self._asking(deadline):
+            if self._asking():
                 self._ask(study, known_failures)
-            elif not self.in_flight and not self._polish(study, known_failures, deadline):
+            elif self.in_flight and self._dropping():
+                self._drop_in_flight(study)
+            elif not self.in_flight and not self._polish(study, known_failures):
                 break
             if self.in_flight:  # short waits: a stop request is seen within a second
                 done, _ = wait(self.in_flight, timeout=1.0, return_when=FIRST_COMPLETED)
                 for future in [f for f in self.in_flight if f in done]:  # in submission order
-                    self._measure(study, self.in_flight.pop(future), future.result())
+                    if future in self.in_flight:  # not dropped by the measure before it
+                        self._measure(study, self.in_flight.pop(future), future.result())
+                    if self.in_flight and self._dropping():
+                        self._drop_in_flight(study)
         if not self.keep_going():
             return StudyOutcome(None)
-        return self._final()
+        return replace(self._final(), ended_by=self._ended_by())
+
+    def _dropping(self) -> bool:
+        """Whether the configs in flight go unmeasured: past the deadline always; before
+        the polish, when the search stopped by a rule that says so or with early_stop."""
+        if self._past_deadline():
+            self.search_stop()  # records which budget ended it
+            return True
+        if self.polished:
+            return False
+        why = self.search_stop()
+        return why is not None and (why.drops_in_flight or self.budget.early_stop)
+
+    def _ended_by(self) -> str:
+        """Why the search ended, as the study's row keeps it."""
+        why = self.ended_by
+        if why is None:
+            why = (Stop(SPACE_SPENT) if len(self.stored) >= self.space.size
+                   else Stop(TRIALS_SPENT, f"{self.budget.trials} trials"))
+        return f"{why}; then {self.polished} polish steps" if self.polished else str(why)
 
     def _final(self) -> StudyOutcome:
         """Re-time the top configs interleaved, by the launch mode's own measure (for eager,

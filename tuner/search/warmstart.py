@@ -15,13 +15,19 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store
+from tuner.search.stopping import ModelBound
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
 
 NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
+# How near (log2 distance over M, N, K) a tuned key must be for its winner to finish a study
+# on its own (tuner.search.stopping's warm start confirmed): the next M of a doubling sweep,
+# or a neighbour differing by up to 2x in one dimension.
+NEAR_KEYS = 1.0
 MODEL_TOP = 6  # how many of the model's picks follow them, each of another tile shape
 
 
@@ -33,7 +39,8 @@ def tile_shape(config: Mapping) -> tuple:
     return config["variant"], config.get("BLOCK_M"), config.get("BLOCK_N")
 
 
-def _log_distance(key: Mapping, shape: Shape) -> float:
+def log_distance(key: Mapping, shape: Shape) -> float:
+    """How far a key (M, N, K) is from a shape: the distance between their log2 sizes."""
     return math.sqrt(sum(math.log2(max(key[f], 1) / max(getattr(shape, f), 1)) ** 2
                          for f in ("M", "N", "K")))
 
@@ -45,6 +52,11 @@ def in_space(config: Mapping, space: SearchSpace) -> bool:
             and all(config[n] in space.params[n] for n in names if n != "variant"))
 
 
+def library_variants(kernel) -> frozenset[str]:
+    """The kernel's variants that call a library (cuBLAS): measured, never searched."""
+    return frozenset(v.name for v in kernel.variants if v.library_calls is not None)
+
+
 def library_configs(kernel, space: SearchSpace) -> list[dict]:
     """The one config of each library variant (no parameters of its own) the space offers."""
     return [{"variant": v.name, "pad": 0} for v in kernel.variants
@@ -52,19 +64,20 @@ def library_configs(kernel, space: SearchSpace) -> list[dict]:
 
 
 def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
-                           space: SearchSpace, shape: Shape,
-                           count: int = NEAREST_WINNERS) -> list[dict]:
-    """Distinct winning configs of the nearest tuned keys, nearest first, at most `count`."""
+                           space: SearchSpace, shape: Shape, count: int = NEAREST_WINNERS,
+                           within: float = math.inf) -> list[dict]:
+    """Distinct winning configs of the nearest tuned keys, nearest first, at most `count`,
+    of keys at most `within` away (log2 distance over M, N and K)."""
     candidates: list[tuple[float, Winner]] = [
-        (_log_distance(w.key, shape), w) for w in store.winners([device.id])
+        (log_distance(w.key, shape), w) for w in store.winners([device.id])
         if w.kernel.id == kernel.id and w.key["dtype"] == shape.dtype]
     configs: list[dict] = []
-    for _, winner in sorted(candidates, key=lambda pair: pair[0]):
+    for distance, winner in sorted(candidates, key=lambda pair: pair[0]):
         config = dict(winner.trial.params)
+        if distance > within or len(configs) == count:
+            break
         if config not in configs and in_space(config, space):
             configs.append(config)
-        if len(configs) == count:
-            break
     return configs
 
 
@@ -81,34 +94,74 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
                                                  k=count, distinct=tile_shape)]
 
 
+def model_bound(kernel, shape: Shape, spec, picks: list[dict]) -> ModelBound | None:
+    """The model's bound for a study (tuner.search.stopping) from its ranked picks
+    (model_configs: the first that is no library call is the model's fastest config of the
+    space), or None where the model picked none."""
+    from tuner.model.predict import predicted_or_inf
+
+    library = library_variants(kernel)
+    tiles = [c for c in picks if c["variant"] not in library]
+    if not tiles:
+        return None
+
+    def predict(config) -> float:
+        return predicted_or_inf(shape, config, spec)
+
+    return ModelBound(predict, predict(tiles[0]), library)
+
+
 class ModelRanking:
     """model_configs for one device, computed the first time a study asks and kept.
 
     Ranking costs seconds per shape, so `tune run` never ranks ahead of time: a key already
     tuned is skipped before anything asks, and a resumed run pays only for the studies it
-    starts. The same (kernel, space, shape) asked again, by a retried or a second study of
-    the key, gets the kept list. Safe to share between the device threads.
+    starts. The job may `prefetch` the next study's ranking while this one measures (one
+    background thread: the GPU does not wait for the model). The same (kernel, space, shape)
+    asked again, by a retried or a second study of the key, gets the kept list. Safe to
+    share between the device threads.
     """
 
     def __init__(self, spec, smem_limit: int, count: int = MODEL_TOP):
         self.spec, self.smem_limit, self.count = spec, smem_limit, count
-        self._ranked: dict[tuple, list[dict]] = {}
+        self._ranked: dict[tuple, Future] = {}
         self._lock = threading.Lock()
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="model-ranking")
 
-    def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
+    def _future(self, kernel, space: SearchSpace, shape: Shape, ahead: bool) -> Future:
         # The weight does not change the ranking; the rest of the shape and the space do.
         key = (kernel.name, kernel.source_hash, space.hash,
                shape.M, shape.N, shape.K, shape.dtype, shape.layout)
         with self._lock:
             if key in self._ranked:
-                return [dict(c) for c in self._ranked[key]]
-        ranked = model_configs(kernel, space, shape, self.spec, self.smem_limit, self.count)
-        with self._lock:
-            self._ranked.setdefault(key, ranked)
-        return [dict(c) for c in ranked]
+                return self._ranked[key]
+            if ahead:
+                future = self._ahead.submit(model_configs, kernel, space, shape, self.spec,
+                                            self.smem_limit, self.count)
+            else:
+                future = Future()
+            self._ranked[key] = future
+        if not ahead:  # ranked here, outside the lock: other keys need not wait for it
+            try:
+                future.set_result(model_configs(kernel, space, shape, self.spec,
+                                                self.smem_limit, self.count))
+            except BaseException as e:
+                future.set_exception(e)
+        return future
+
+    def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
+        return [dict(c) for c in self._future(kernel, space, shape, ahead=False).result()]
+
+    def prefetch(self, kernel, space: SearchSpace, shape: Shape) -> None:
+        """Start ranking a study that is to come, in the background."""
+        self._future(kernel, space, shape, ahead=True)
+
+    def close(self) -> None:
+        """Stop ranking ahead (a ranking under way finishes)."""
+        self._ahead.shutdown(wait=False, cancel_futures=True)
 
     def __len__(self) -> int:
-        """How many rankings were computed (what a resume should keep at its new studies)."""
+        """How many rankings were asked for (what a resume should keep at its new studies)."""
         return len(self._ranked)
 
 

@@ -1,0 +1,126 @@
+"""When a study has seen enough: the rules that end its search, and the words that say which.
+
+Measuring is what a study costs, and most of its trials cannot win: where cuBLAS is far ahead
+of every tile, or the best tile was among the first configs tried. Three rules end the
+sampler's part of a study early (tuner.search.study); the tuner's replay of recorded timings
+(tuner.search.replay) applies the same functions, so what it reports is what `tune run` does.
+
+- The model's bound (`ModelBound`): the analytical model (tuner.model.predict) ranks the
+  whole space, but its predictions are off by a factor that differs per shape. Each measured
+  config gives one sample of that factor (measured / predicted device time); their geometric
+  mean less `SPREAD_Z` of their spread (never less than `MIN_SPREAD`, which a few alike
+  samples would understate) is how much faster than predicted a config not yet measured may
+  plausibly run. Once even the model's fastest config, at that factor, cannot beat the best
+  measured device time by more than `NOISE_MARGIN`, nothing untried can: the study ends. It
+  needs `MIN_CALIBRATION` samples, so the model's top configs are measured first.
+- Patience (`stalled`): `patience` trials in a row brought no gain above `IMPROVEMENT`.
+- A warm start confirmed: a study that starts from the winners of keys next to it (a
+  neighbour on the same device, the next M of a sweep) ends once those are measured.
+
+The bound compares device times in either launch mode: the model predicts kernels, and an
+eager winner's kernel must be within DEVICE_SLACK of the fastest anyway (tuner.objective).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% of the objective
+NOISE_MARGIN = 0.01  # a gain the bound still allows an untried config: device time noise
+MIN_CALIBRATION = 4  # measured configs the model's bound needs before it can end a study
+SPREAD_Z = 2.0  # how many spreads below the mean factor an untried config may fall
+# The least spread (of log measured/predicted) assumed: the model's top configs, measured
+# first, agree with each other more than the rest of the space agrees with the model.
+MIN_SPREAD = 0.10
+
+# Why a study's search ended, as stored (Study.reason) and shown (`tune show`).
+MODEL_BOUND = "model bound"
+PATIENCE = "patience"
+WARM_CONFIRMED = "warm start confirmed"
+TRIALS_SPENT = "trials spent"
+SPACE_SPENT = "space spent"
+STUDY_BUDGET = "study budget"
+RUN_BUDGET = "run budget"
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a study's search ended: one of the rules named above, and its figures."""
+    rule: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.detail}" if self.detail else self.rule
+
+    @property
+    def drops_in_flight(self) -> bool:
+        """Whether the configs still in flight go unmeasured: the model's bound says they
+        cannot win and a spent budget has no time for them; patience, as before it, lets
+        them finish (one of them may yet improve the best)."""
+        return self.rule in (MODEL_BOUND, STUDY_BUDGET, RUN_BUDGET)
+
+
+def stalled(values: Iterable[float], patience: int | None) -> bool:
+    """True when the last `patience` of `values` (the objective of each attempted trial, in
+    order, higher is better) brought no gain above IMPROVEMENT; never without patience."""
+    if patience is None:
+        return False
+    best, since = 0.0, 0
+    for value in values:
+        since += 1
+        if value > best * (1 + IMPROVEMENT):
+            best, since = value, 0
+    return since >= patience
+
+
+@dataclass(frozen=True)
+class ModelBound:
+    """The model's fastest prediction for one study's space, and how to predict the rest.
+
+    `predict(config)` is the model's device ms for a config (math.inf for a variant it does
+    not know); `fastest_ms` the least it predicts for any config of the space the study
+    searches beyond the library calls (cuBLAS is measured, never predicted); `library` the
+    variants that are library calls, left out of the calibration as well.
+    """
+    predict: Callable[[Mapping], float]
+    fastest_ms: float
+    library: frozenset[str] = frozenset()
+
+    def optimistic_factor(self, measured: Sequence[tuple[Mapping, float]]) -> float | None:
+        """How much faster than predicted an untried config may plausibly run, from the
+        (config, device ms) measured so far; None with fewer than MIN_CALIBRATION samples."""
+        logs = []
+        for config, ms in measured:
+            predicted = self.predict(config)
+            if config["variant"] not in self.library and 0 < predicted < math.inf:
+                logs.append(math.log(ms / predicted))
+        if len(logs) < MIN_CALIBRATION:
+            return None
+        spread = max(statistics.stdev(logs), MIN_SPREAD) * math.sqrt(1 + 1 / len(logs))
+        return math.exp(statistics.fmean(logs) - SPREAD_Z * spread)
+
+    def reason(self, measured: Sequence[tuple[Mapping, float]]) -> Stop | None:
+        """Why the study can end (MODEL_BOUND and the figures), or None while an untried
+        config may still beat the best measured device time by more than NOISE_MARGIN."""
+        if not measured or not math.isfinite(self.fastest_ms):
+            return None
+        factor = self.optimistic_factor(measured)
+        best = min(ms for _, ms in measured)
+        if factor is None or self.fastest_ms * factor < best * (1 - NOISE_MARGIN):
+            return None
+        return Stop(MODEL_BOUND, f"nothing untried predicted under "
+                                 f"{self.fastest_ms * factor:.4g} ms, best {best:.4g} ms")
+
+
+def search_stop(objectives: Sequence[float], device_ms: Sequence[tuple[Mapping, float]],
+                patience: int | None, bound: ModelBound | None) -> Stop | None:
+    """Why the sampler's part of a study ends now (the model's bound first, then patience),
+    or None: `objectives` are the attempted trials' values in order, `device_ms` the
+    (config, device ms) of those that ran."""
+    if bound is not None and (why := bound.reason(device_ms)):
+        return why
+    if stalled(objectives, patience):
+        return Stop(PATIENCE, f"{patience} trials in a row without a {IMPROVEMENT:.1%} gain")
+    return None
