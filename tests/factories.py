@@ -1,5 +1,9 @@
 """Values several test modules build on."""
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -79,3 +83,35 @@ def slow_except(values, *fast) -> list:
     are marked slow, for CI, which runs them all."""
     return [value if value in fast else pytest.param(value, marks=pytest.mark.slow)
             for value in values]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+# A fresh process asking the runtime for mm keys (argv[1]: their JSON list), as a server's
+# restart would: it prints the answers, online tuning's stats and the tuning-side modules it
+# loaded (the runtime may load none; optuna and sqlalchemy cannot even be imported).
+FRESH_LOOKUP = """
+import json, sys, warnings
+sys.modules["sqlalchemy"] = None
+sys.modules["optuna"] = None
+warnings.simplefilter("ignore")
+from tuner import runtime
+from tuner.runtime import online
+keys = json.loads(sys.argv[1])
+answers = [runtime.get_tuned_config("mm", **k) for k in keys]
+print(json.dumps({"answers": [[a.source, dict(a)] for a in answers], "stats": online.stats(),
+                  "loaded": sorted(m for m, mod in sys.modules.items() if mod is not None and (
+                      m.split(".")[0] in ("sqlalchemy", "optuna")
+                      or m.startswith(("tuner.export", "tuner.db", "tuner.search."))))}))
+"""
+
+
+def fresh_lookup_command(keys: list[dict]) -> list[str]:
+    return [sys.executable, "-c", FRESH_LOOKUP, json.dumps(keys)]
+
+
+def fresh_lookups(keys: list[dict], environ: dict) -> dict:
+    """FRESH_LOOKUP's report of `keys`, run in `environ` from the repository root."""
+    out = subprocess.run(fresh_lookup_command(keys), capture_output=True, text=True,
+                         env=environ, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.factories import fresh_lookup_command, fresh_lookups
 from tuner import runtime
 from tuner.filelock import locked_beside
 from tuner.formats.device import header_device
@@ -140,21 +141,6 @@ def test_an_op_the_file_lacks_answers_cublas(tmp_path):
 
 
 # -- online: two processes, one cache -----------------------------------------------------------
-LOOKUP = """
-import json, sys, warnings
-sys.modules["sqlalchemy"] = None
-sys.modules["optuna"] = None
-warnings.simplefilter("ignore")
-from tuner import runtime
-from tuner.filelock import locked_beside
-from tuner.runtime import online
-keys = json.loads(sys.argv[1])
-answers = [runtime.get_tuned_config("mm", **k) for k in keys]
-print(json.dumps({"answers": [[a.source, dict(a)] for a in answers], "stats": online.stats(),
-                  "loaded": sorted(m for m, mod in sys.modules.items() if mod is not None and (
-                      m.split(".")[0] in ("sqlalchemy", "optuna")
-                      or m.startswith(("tuner.export", "tuner.db"))))}))
-"""
 
 
 def run_lookups(expand: Path, keys: list[dict], **env) -> dict:
@@ -163,10 +149,7 @@ def run_lookups(expand: Path, keys: list[dict], **env) -> dict:
     # a budget the interpreter's timings stay within: these tests count what is timed
     environ.update(TRITON_INTERPRET="1", TUNE_CONFIG=str(expand), TUNE_ONLINE="1",
                    TUNE_ONLINE_BUDGET_S="600", **env)
-    out = subprocess.run([sys.executable, "-c", LOOKUP, json.dumps(keys)], capture_output=True,
-                         text=True, env=environ, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return fresh_lookups(keys, environ)
 
 
 @pytest.mark.slow
@@ -213,7 +196,7 @@ def test_a_process_waits_for_the_lock_and_then_reads_what_the_holder_wrote(tmp_p
     from tuner.kernels import source_hashes
 
     with locked_beside(cache):
-        waiting = subprocess.Popen([sys.executable, "-c", LOOKUP, json.dumps([key(20)])],
+        waiting = subprocess.Popen(fresh_lookup_command([key(20)]),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                    env=environ, cwd=ROOT)
         time.sleep(4)

@@ -2,16 +2,14 @@
 TUNE_ONLINE_BUDGET_S, and its winner remembered in the online cache beside the table, so a
 second lookup, another process or a restart times nothing (the `online` step of
 tuner.runtime.policy; the cache is tuner.runtime.online's, shared with expand files)."""
-import json
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.factories import fresh_lookups
 from tuner import runtime
 from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.formats.files import write_atomic
@@ -20,7 +18,6 @@ from tuner.runtime import online, policy
 from tuner.runtime.policy import Question
 from tuner.space import config_signature
 
-ROOT = Path(__file__).resolve().parent.parent
 LOG_M = dict.fromkeys(KEY_FIELDS, "default") | {"M": "log"}
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="online tuning tests time tiny shapes on the interpreter")
@@ -155,20 +152,6 @@ def test_the_budget_stops_the_timing_early(table, monkeypatch):
     assert online.stats()["buckets_tuned"] == 1
 
 
-LOOKUP = """
-import json, sys, warnings
-sys.modules["sqlalchemy"] = None
-sys.modules["optuna"] = None
-warnings.simplefilter("ignore")
-from tuner import runtime
-from tuner.runtime import online
-keys = json.loads(sys.argv[1])
-answers = [runtime.get_tuned_config("mm", **k) for k in keys]
-print(json.dumps({"answers": [[a.source, dict(a)] for a in answers], "stats": online.stats(),
-                  "loaded": sorted(m for m, mod in sys.modules.items() if mod is not None and (
-                      m.split(".")[0] in ("sqlalchemy", "optuna")
-                      or m.startswith(("tuner.export", "tuner.db", "tuner.search."))))}))
-"""
 
 
 @pytest.mark.slow
@@ -178,10 +161,7 @@ def test_a_restarted_process_times_nothing(table):
                    TUNE_ONLINE_BUDGET_S="1e-6")
 
     def start() -> dict:
-        out = subprocess.run([sys.executable, "-c", LOOKUP, json.dumps([key(40), key(12)])],
-                             capture_output=True, text=True, env=environ, cwd=ROOT)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
+        return fresh_lookups([key(40), key(12)], environ)
 
     first = start()
     assert first["stats"] == {"configs_timed": 1, "buckets_tuned": 1, "cache_answers": 0}
