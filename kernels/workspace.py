@@ -10,6 +10,7 @@ at once must not share this cache (one stream per process is the supported case)
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import OrderedDict
 
@@ -24,9 +25,10 @@ def _limit_bytes() -> int:
     try:
         mb = float(raw)
     except ValueError:
-        raise ValueError(f"{ENV_VAR}={raw!r}: expected a number of megabytes") from None
-    if mb < 0:
-        raise ValueError(f"{ENV_VAR}={raw!r}: expected a non-negative number of megabytes")
+        mb = math.nan
+    if not 0 <= mb < math.inf:  # nan fails both comparisons
+        raise ValueError(f"{ENV_VAR}={raw!r}: expected a finite, non-negative number of "
+                         "megabytes")
     return int(mb * 2**20)
 
 

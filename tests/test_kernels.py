@@ -255,9 +255,11 @@ def test_workspace_evicts_least_recently_used_buffers_past_its_bound():
 def test_workspace_bound_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("TUNE_WORKSPACE_MB", "2")
     assert Workspace().limit_bytes == 2 * 2**20
-    monkeypatch.setenv("TUNE_WORKSPACE_MB", "lots")
-    with pytest.raises(ValueError, match="TUNE_WORKSPACE_MB='lots'"):
-        Workspace()
+    for raw in ("lots", "nan", "inf", "-1", "1e400"):
+        monkeypatch.setenv("TUNE_WORKSPACE_MB", raw)
+        with pytest.raises(ValueError, match=f"TUNE_WORKSPACE_MB='{raw}': expected a finite, "
+                                             "non-negative number of megabytes"):
+            Workspace()
 
 
 def test_smem_estimates_match_the_formulas():
