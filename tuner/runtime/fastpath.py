@@ -7,11 +7,13 @@ costs. The compiled functions look a call's signature up in what the Python disp
 `remember`ed on its first call, and run the torch operator or the recorded launches; every
 other call goes to the Python function, which validates, decides, warns and raises.
 
-Built once per source, torch and Python version by torch.utils.cpp_extension (its cache:
-$TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions), when `tuner.matmul` or `tuner.linear` is
-first looked up, with one line on standard error before a build (not before loading a cached
-one): tuning processes, which never call them, build nothing. TUNE_FASTPATH=0, or
-a machine with no C++ compiler (one warning), leaves the Python functions in front.
+Built once per source (its contents and its place: torch's build files name the source's
+path, so two checkouts sharing one name would rebuild each other's), torch and Python version
+by torch.utils.cpp_extension (its cache: $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions),
+when `tuner.matmul` or `tuner.linear` is first looked up, with one line on standard error
+before a build (not before loading a cached one): tuning processes, which never call them,
+build nothing. TUNE_FASTPATH=0, or a machine with no C++ compiler (one warning), leaves the
+Python functions in front.
 Under torch.compile, Dynamo traces the Python function in place of the compiled one.
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _load():
         return None
     from torch.utils import cpp_extension
     source = SOURCE.read_bytes()
-    version = f"{torch.__version__} {sys.version}".encode()
+    version = f"{SOURCE.resolve()} {torch.__version__} {sys.version}".encode()
     name = "tuner_fastpath_" + hashlib.sha256(source + version).hexdigest()[:16]
     if not _built(cpp_extension, name):
         STDERR.note("gemm-tuner: building the compiled front of tuner.matmul/linear (once, "
