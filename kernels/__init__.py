@@ -15,6 +15,7 @@ from tuner.kernels.cublas import CUBLAS
 from tuner.kernels.gemv import GEMV
 from tuner.kernels.general import GENERAL
 from tuner.kernels.gluon_mm import GLUON
+from tuner.kernels.kreduce import KREDUCE
 from tuner.kernels.persistent import PERSISTENT
 from tuner.kernels.splitk import SPLITK
 from tuner.kernels.streamk import STREAMK
@@ -23,14 +24,15 @@ from tuner.textfiles import clipped, quoted
 
 _HERE = Path(__file__).parent
 _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainloop.py",
-                                          "padding.py", "workspace.py", "launches.py"))
+                                          "_partials.py", "padding.py", "workspace.py",
+                                          "launches.py"))
 
 # The registry (the dict lives in kernels/base.py, which labels configs by it). A new variant
 # is listed here, in each kernel that offers it.
 KERNELS.update({
-    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, STREAMK, SPLITK, GLUON, CUBLAS),
+    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, STREAMK, SPLITK, KREDUCE, GLUON, CUBLAS),
                  _SHARED),
-    "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK, CUBLAS), _SHARED),
+    "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK, KREDUCE, CUBLAS), _SHARED),
 })
 
 # Kernels from elsewhere: TUNE_KERNEL_MODULES=pkg.mod,... names modules that each define

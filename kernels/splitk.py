@@ -4,14 +4,12 @@ A GEMM with a small M×N and a large K (16×4096×4096, 1000×3000×2000) has to
 tiles to fill the GPU: each tile is one long walk along K, and most SMs sit idle. Split-K
 runs SPLIT_K programs per tile, each over one contiguous slice of K, and each stores its fp32
 partial tile in its own slice of a [SPLIT_K, M, N] workspace. The tile's last split to arrive
-(a per-tile arrival counter, put back to zero) sums the slices in a fixed order, several
-slices at a time, so results are deterministic, applies the epilogue (fp8 scales, bias)
-once, and casts into C with any strides. A call is one launch, as cheap to issue as any
-tile kernel's: decode-sized split-K calls are host-bound.
+(a per-tile arrival counter) sums the slices in a fixed order (kernels/_partials.py), so
+results are deterministic, applies the epilogue (fp8 scales, bias) once, and casts into C
+with any strides. A call is one launch, as cheap to issue as any tile kernel's:
+decode-sized split-K calls are host-bound.
 
-Atomic adds into one shared slice would save workspace traffic, but on an H100 (triton 3.6)
-their sums read wrong now and then, even from a separate kernel, so none are used. There is
-no GROUP_M: split-K pays off when the output tiles are few, so they all run at once and the
+There is no GROUP_M: split-K pays off when the output tiles are few, so they all run at once and the
 order they start in gives L2 nothing to reuse; it would only quadruple the search.
 """
 from __future__ import annotations
@@ -35,6 +33,7 @@ from tuner.kernels._launch import (
     wrap_point,
 )
 from tuner.kernels._mainloop import accumulate_k_steps, wrapped_indices
+from tuner.kernels._partials import arrives_last, slices_summed_at_once, summed_slices
 from tuner.kernels.base import TILE_SHORT_NAMES, Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
@@ -92,38 +91,18 @@ def _splitk_kernel(
     in_bounds = (out_rows[:, None] < M) & (out_cols[None, :] < N)
     ws_ptrs = ws_ptr + out_rows[:, None] * stride_wm + out_cols[None, :]
     tl.store(ws_ptrs + split * M * stride_wm, acc, mask=in_bounds)
-    # Every thread's slice is in memory before the program's arrival counts (the barrier,
-    # then the counter's release), and the last program reads the slices after its acquire:
-    # the pattern of CUDA's split-K semaphores. Its loads bypass L1, as other SMs wrote them.
-    tl.debug_barrier()
-    if tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel") == SPLIT_K - 1:
-        tl.store(arrivals_ptr + tile, 0)
-        # SUM_SPLITS slices at a time, loaded together: one slice after another is a chain of
-        # SPLIT_K dependent L2 reads, which is all a tiny tile's fix-up does. The additions'
-        # order is the code's, so every run sums alike.
-        splits = tl.arange(0, SUM_SPLITS)
-        chunk_ptrs = ws_ptrs[None, :, :] + (splits * M * stride_wm)[:, None, None]
-        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for first in range(0, SPLIT_K, SUM_SPLITS):
-            present = in_bounds[None, :, :] & (first + splits < SPLIT_K)[:, None, None]
-            partials = tl.load(chunk_ptrs + first * M * stride_wm, mask=present, other=0.0,
-                               cache_modifier=".cg")
-            total += tl.sum(partials, axis=0)
+    if arrives_last(arrivals_ptr + tile, SPLIT_K):
+        total = summed_slices(ws_ptrs, in_bounds, M * stride_wm, SPLIT_K, SUM_SPLITS,
+                              BLOCK_M, BLOCK_N)
         total = apply_epilogue(total, out_cols, N, bias_ptr, scale_a_ptr, scale_b_ptr,
                                HAS_BIAS, SCALED)
         c_ptrs = c_ptr + out_rows[:, None] * stride_cm + out_cols[None, :] * stride_cn
         tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=in_bounds)
 
 
-# The fix-up's register budget: fp32 partials it loads at once (16 KiB over 4 warps).
-SUM_ELEMENTS = 4096
-
-
 def sum_splits(tunables: Mapping[str, int]) -> int:
-    """How many slices the fix-up loads at once: the largest power of two up to SPLIT_K whose
-    tiles fit in SUM_ELEMENTS (a power of two, as tl.arange needs)."""
-    fit = max(1, SUM_ELEMENTS // (tunables["BLOCK_M"] * tunables["BLOCK_N"]))
-    return 1 << (min(fit, tunables["SPLIT_K"]).bit_length() - 1)
+    """How many slices the fix-up loads at once (_partials.slices_summed_at_once)."""
+    return slices_summed_at_once(tunables["BLOCK_M"] * tunables["BLOCK_N"], tunables["SPLIT_K"])
 
 
 def _workspace(gemm: Gemm, split_k: int) -> torch.Tensor:

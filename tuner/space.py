@@ -176,6 +176,7 @@ PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
     "num_stages": (lambda v: 1 <= v <= 16, "integers from 1 to 16"),
     "GROUP_M": (lambda v: 1 <= v <= 4096, "integers from 1 to 4096"),
     "SPLIT_K": (lambda v: 1 <= v <= 1024, "integers from 1 to 1024"),
+    "K_SLICES": (lambda v: 1 <= v <= 4096, "integers from 1 to 4096"),
     "pad": (lambda v: v == 0 or _power_of_two(8, 1024)(v),
             "0 (no padding) or powers of two from 8 to 1024"),
     **{name: (lambda v: v in (0, 1), "0 or 1")
