@@ -358,3 +358,19 @@ def test_an_enabled_or_patched_model_on_the_gpu_matches_stock(calls, seed):
         graph.replay()
         torch.cuda.synchronize()
     torch.testing.assert_close(captured, eager, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_repeated_gpu_calls_are_served_by_the_compiled_hooks_alone(hooks, entries):
+    """On CUDA, with Triton answers: once each signature's first call ran, a forward replays
+    the recorded launches from the hooks without tuner.routing, and computes the same."""
+    if hooks == "python":
+        pytest.skip("the Python hooks remember nothing")
+    model, x = _mlp_and_input(0)
+    with tuner.enabled(), torch.no_grad():
+        first = model(x)
+        entered = sum(entries.values())
+        again = model(x)
+    assert entered >= 2 and sum(entries.values()) == entered
+    assert fastpath._module.routes_size() == 0  # leaving the block forgot them
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
