@@ -1,9 +1,12 @@
 """`tuner.enable` / `disable` / `enabled` and `tuner.patch` / `unpatch`: which calls reach the
-dispatcher, and that every other call goes to torch unchanged.
+dispatcher, that every other call goes to torch unchanged, and which calls enter Python.
 
 The routing is tested on CPU (devices=("cpu",)); the kernels run in Triton's interpreter, as
-in test_dispatch.py. Each dispatcher call is counted by a counting `tuner.fronts.front`.
+in test_dispatch.py. Each dispatcher call is counted by a counting `tuner.fronts.front`, each
+time a hook enters Python by `entries`, with the compiled hooks and with the Python ones a
+machine without a compiler gets (`hooks`).
 """
+import os
 from collections import Counter
 
 import pytest
@@ -12,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import tuner
-from tuner import fronts, integration, runtime
-from tuner.runtime import dispatch
+from tuner import fronts, integration, routing, runtime
+from tuner.runtime import dispatch, fastpath
 
 CPU = ("cpu",)
 
@@ -41,6 +44,49 @@ def calls(monkeypatch) -> Counter:
 
     monkeypatch.setattr(fronts, "front", counting_front)
     return counts
+
+
+@pytest.fixture(params=["compiled", "python"])
+def hooks(request, monkeypatch) -> str:
+    """Which hooks `enable` installs: the compiled ones (tuner/runtime/fastpath.cpp) or the
+    Python ones it falls back to where that cannot be built."""
+    if request.param == "python":
+        monkeypatch.setattr(fastpath, "install_hooks", lambda keys, routes: False)
+    elif os.environ.get("TUNE_FASTPATH") == "0":
+        pytest.skip("TUNE_FASTPATH=0: nothing compiled")
+    return request.param
+
+
+@pytest.fixture
+def entries(hooks, monkeypatch) -> Counter:
+    """How often the hooks entered Python, by aten op: the compiled hooks call tuner.routing
+    for a call whose route they do not remember; a Python hook is Python for every call."""
+    counts = Counter()
+    if hooks == "python":
+        real_hook = integration._python_hook
+
+        def counting_hook(kept, route):
+            hook = real_hook(kept, route)
+
+            def counted(keyset, *args, **kwargs):
+                counts[route.__name__] += 1
+                return hook(keyset, *args, **kwargs)
+            return counted
+        monkeypatch.setattr(integration, "_python_hook", counting_hook)
+        return counts
+    for op in integration.HOOKED_OPS:
+        def counted(self, *args, _route=getattr(routing.Routes, op), _op=op):
+            counts[_op] += 1
+            return _route(self, *args)
+        monkeypatch.setattr(routing.Routes, op, counted)
+    return counts
+
+
+@pytest.fixture
+def cublas_answers(monkeypatch):
+    """No table: every key the tuner takes is answered cuBLAS."""
+    monkeypatch.setattr(dispatch, "get_tuned_config", runtime.get_tuned_config)
+    dispatch.clear_cache()
 
 
 def close(actual, expected):
@@ -105,16 +151,104 @@ def test_autograd_stays_torchs_and_its_gemms_are_routed_too(calls):
         close(actual, ref)
 
 
-def test_a_key_answered_by_cublas_reaches_torch_without_looping(calls, monkeypatch):
-    monkeypatch.setattr(dispatch, "get_tuned_config", runtime.get_tuned_config)
-    dispatch.clear_cache()
+def test_a_key_answered_by_cublas_reaches_torch_without_looping(cublas_answers, calls,
+                                                                 hooks, entries):
+    """The tuner runs the first call of the key; later calls go from the hook to torch's
+    kernel, never through aten (and so the hook) a second time: the compiled hooks without
+    entering Python, the Python ones once per call."""
     x, weight, bias = torch.randn(5, 16), torch.randn(8, 16), torch.randn(8)
-    expected = F.linear(x, weight, bias)
+    a, b = torch.randn(4, 16), torch.randn(16, 6)
+    expected = F.linear(x, weight, bias), a @ b
     with tuner.enabled(CPU):
-        for _ in range(2):  # the first call, then the repeated one
-            close(F.linear(x, weight, bias), expected)
-    assert calls == {"linear": 2}
-    assert [c.config["variant"] for c in dispatch._CALLS.values()] == ["cublas"]
+        for _ in range(3):  # the first call, then the repeated ones
+            close(F.linear(x, weight, bias), expected[0])
+            close(a @ b, expected[1])
+    assert calls == {"linear": 1, "matmul": 1}
+    assert entries == ({"addmm": 1, "mm": 1} if hooks == "compiled" else {"addmm": 3, "mm": 3})
+    assert sorted(c.config["variant"] for c in dispatch._CALLS.values()) == ["cublas"] * 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda: torch.randn(3, 4, dtype=torch.float64) @ torch.randn(4, 5, dtype=torch.float64),
+    lambda: torch.addmm(torch.randn(3, 5), torch.randn(3, 4), torch.randn(4, 5)),
+    lambda: torch.randn(2, 3, 4) @ torch.randn(2, 4, 5),
+], ids=["mm-fp64", "addmm-matrix", "bmm"])
+def test_a_call_not_taken_enters_python_once_per_signature(call, hooks, entries, calls):
+    expected = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        expected.append(call())
+    with tuner.enabled(CPU):
+        for seed in range(3):
+            torch.manual_seed(seed)
+            torch.testing.assert_close(call(), expected[seed], rtol=0, atol=0)
+    assert sum(entries.values()) == (1 if hooks == "compiled" else 3)
+    assert calls == {}
+
+
+def test_remembered_routes_are_forgotten_with_the_plans_and_on_enable(
+        cublas_answers, calls, hooks, entries, monkeypatch):
+    """A new table or $TUNE_EXCLUDE (dispatch.clear_cache), enabling or disabling, and a TF32
+    switch (part of an fp32 call's signature) each send the next call to Python again."""
+    if hooks == "python":
+        pytest.skip("the Python hooks remember nothing")
+    a, b = torch.randn(4, 16), torch.randn(16, 6)
+    expected = torch.mm(a.double(), b.double()).float()
+    tuner.enable(CPU)
+    a @ b, a @ b
+    assert entries == {"mm": 1} and fastpath._module.routes_size() == 1
+    dispatch.clear_cache()
+    assert fastpath._module.routes_size() == 0
+    a @ b, a @ b
+    assert entries == {"mm": 2}
+    tuner.disable()
+    tuner.enable(CPU)
+    a @ b, a @ b
+    assert entries == {"mm": 3}
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    a @ b
+    assert entries == {"mm": 4}
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    a @ b
+    assert entries == {"mm": 4} and calls == {"matmul": 3}
+    monkeypatch.setenv("TUNE_EXCLUDE", "cublas")  # Triton answers, run by the interpreter:
+    dispatch.clear_cache()  # nothing to replay, so each call goes to the tuner
+    for _ in range(2):
+        close(a @ b, expected)
+    assert entries == {"mm": 6} and calls == {"matmul": 5}
+
+
+def test_a_remembered_replay_runs_the_launches_into_a_new_output(hooks, entries):
+    """What the compiled hooks do for a key answered by a Triton config (on a GPU, where its
+    launches are recorded): issue(a, b, out, bias, None, None) into a new output, this
+    thread's GEMMs going to torch meanwhile. Here the launches are a stand-in."""
+    if hooks == "python":
+        pytest.skip("the Python hooks remember nothing")
+    issued = []
+
+    def issue(a, b, out, bias, scale_a, scale_b):
+        issued.append((a, b, bias, scale_a, scale_b))
+        out.copy_(torch.addmm(bias, a, b) if bias is not None else a @ b)  # not routed again
+
+    a, b, c = torch.randn(4, 16), torch.randn(16, 6), torch.randn(6)
+    a2, b2, c2 = torch.randn_like(a), torch.randn_like(b), torch.randn_like(c)
+    expected = a2 @ b2, torch.addmm(c2, a2, b2)
+    tuner.enable(CPU)
+    fastpath.remember_route("mm", (a, b), (issue, torch.empty(4, 6)))
+    fastpath.remember_route("addmm", (c, a, b, 1, 1), (issue, torch.empty(4, 6)))
+    close(a2 @ b2, expected[0])
+    close(torch.addmm(c2, a2, b2), expected[1])
+    assert [[t is u for t, u in zip(args, want)] for args, want in zip(issued, [
+        (a2, b2, None, None, None), (a2, b2, c2, None, None)])] == [[True] * 5] * 2
+    assert entries == {}
+
+
+def test_an_error_raised_in_python_reaches_the_caller(hooks, monkeypatch):
+    def refuse(self, a, b):
+        raise ValueError("no route today")
+    monkeypatch.setattr(routing.Routes, "mm", refuse)
+    with tuner.enabled(CPU), pytest.raises(ValueError, match="no route today"):
+        torch.randn(4, 6) @ torch.randn(6, 7)
 
 
 def test_enable_disable_and_enabled_nest(calls):
@@ -224,3 +358,19 @@ def test_an_enabled_or_patched_model_on_the_gpu_matches_stock(calls, seed):
         graph.replay()
         torch.cuda.synchronize()
     torch.testing.assert_close(captured, eager, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_repeated_gpu_calls_are_served_by_the_compiled_hooks_alone(hooks, entries):
+    """On CUDA, with Triton answers: once each signature's first call ran, a forward replays
+    the recorded launches from the hooks without tuner.routing, and computes the same."""
+    if hooks == "python":
+        pytest.skip("the Python hooks remember nothing")
+    model, x = _mlp_and_input(0)
+    with tuner.enabled(), torch.no_grad():
+        first = model(x)
+        entered = sum(entries.values())
+        again = model(x)
+    assert entered >= 2 and sum(entries.values()) == entered
+    assert fastpath._module.routes_size() == 0  # leaving the block forgot them
+    torch.testing.assert_close(again, first, rtol=0, atol=0)

@@ -1,28 +1,31 @@
 """Switching a model over to the tuned kernels: `tuner.enable` for eager code, `tuner.patch`
 for torch.compile.
 
-`enable()` registers Python kernels for `aten::mm`, `aten::addmm` and `aten::bmm` at the
-CUDA dispatch key (torch.library, as FlagGems does), over torch's own, which it keeps
-(`torch.library.get_kernel`) and calls for every call it does not route. F.linear and
-torch.matmul reach those three operators, so they are routed too. By the rules of
-tuner.gemm_calls (the ones tuner.record lists shapes by), a call goes to:
-
-- `tuner.matmul`: mm of fp16, bf16 or fp32 operands of one dtype; a bmm that is one GEMM;
-- `tuner.linear`: addmm whose added tensor is a bias row (F.linear's bias);
-- torch's kernel, unchanged: everything else (other dtypes, a bmm of separate GEMMs, an
-  addmm adding a matrix), and every GEMM the tuner itself issues (a key it answers with
-  cuBLAS calls aten.mm again).
+`enable()` puts hooks over `aten::mm`, `aten::addmm` and `aten::bmm` at the CUDA dispatch key
+(a torch.library registration, as FlagGems does), over torch's own kernels, which they keep
+(`getComputedKernelForDispatchKey`, torch.library.get_kernel) and call for every call they do
+not route. F.linear and torch.matmul reach those three operators, so they are routed too.
+tuner.routing says where a call goes (tuner.matmul, tuner.linear, or torch's kernel for calls
+the tuner does not take and keys it answers with cuBLAS) and why; every GEMM the tuner itself
+issues goes to torch's kernel.
 
 What it costs: other operators nothing (their kernels are untouched, and no Python runs for
-them, unlike a TorchFunctionMode, which runs for every torch call and tensor attribute). Each
-mm, addmm and bmm on the device pays one call into Python (the dispatcher boxing its
-arguments) and a few attribute checks before the tuner's compiled front; a key answered by
-cuBLAS pays that twice, a call not routed once plus `call_boxed`. Autograd stays torch's: its
-formulas record above the CUDA key and call mm for their gradients, which are routed in turn;
-the tuner runs those calls under no_grad. Autocast casts before the CUDA key, so a routed
-call sees the cast operands. CUDA graphs capture the tuner's launches (warm each shape up
-before capturing). Inside graphs torch.compile compiles, Inductor emits its own GEMMs, so
-`enable` changes nothing there: use `patch`.
+them, unlike a TorchFunctionMode, which runs for every torch call and tensor attribute). The
+hooks are compiled with the front of tuner.matmul (tuner/runtime/fastpath.cpp) and remember
+each call's route by its signature: a repeated call the tuner does not take, or whose key
+cuBLAS answers, runs torch's kernel from the hook without entering Python; one answered by a
+Triton config enters Python only for the replay of its recorded launches. A first call, or
+one whose route cannot be remembered (a dispatch mode, a tensor subclass, a Triton call the
+interpreter runs), goes through tuner.routing in Python. Where the front is not compiled
+(TUNE_FASTPATH=0, no compiler), the hooks are Python functions, and every call pays one call
+into Python and its routing (a cuBLAS answer still runs torch's kernel directly). The routes
+are forgotten with the dispatcher's plans (tuner.runtime.dispatch.clear_cache: a new table or
+$TUNE_EXCLUDE) and on every enable or disable.
+Autograd stays torch's: its formulas record above the CUDA key and call mm for their
+gradients, which are routed in turn; the tuner runs those calls under no_grad. Autocast casts
+before the CUDA key, so a routed call sees the cast operands. CUDA graphs capture the tuner's
+launches (warm each shape up before capturing). Inside graphs torch.compile compiles, Inductor
+emits its own GEMMs, so `enable` changes nothing there: use `patch`.
 
 `patch(model)` sets each nn.Linear's forward (the module's own `forward` attribute, which
 nn.Module calls before its class's) to a call of `tuner.linear` with its weight and bias;
@@ -45,8 +48,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tuner import fronts
-from tuner.gemm_calls import KERNEL_DTYPES, folded_bmm, is_bias_row
+from tuner import fronts, routing
+from tuner.gemm_calls import KERNEL_DTYPES
+from tuner.runtime import fastpath
 
 DISPATCH_KEYS = {"cuda": "CUDA", "cpu": "CPU"}
 DEFAULT_DEVICES = ("cuda",)
@@ -58,62 +62,33 @@ class _Routing(threading.local):
 
 
 _ROUTING = _Routing()
-# The libraries holding the registered kernels while enabled (destroying one restores torch's
-# kernels), and the device types they route.
+# The libraries holding the Python hooks while enabled where the compiled ones are missing
+# (destroying one restores torch's kernels), and the device types routed.
 _libraries: list[torch.library.Library] = []
 _devices: tuple[str, ...] = ()
+HOOKED_OPS = ("mm", "addmm", "bmm")
 
 
-def _tuned(function: Callable, a: torch.Tensor, b: torch.Tensor, *bias: torch.Tensor,
-           allow_tf32: bool) -> torch.Tensor:
-    """function(a, b, *bias) for a routed call, the hook stepped aside for the GEMMs it
-    issues; under no_grad where an input needs a gradient (autograd recorded the call
-    already, above the hook)."""
-    _ROUTING.inside = True
-    try:
-        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad
-                                        or (bias and bias[0].requires_grad)):
-            with torch.no_grad():
-                return function(a, b, *bias, allow_tf32=allow_tf32)
-        return function(a, b, *bias, allow_tf32=allow_tf32)
-    finally:
-        _ROUTING.inside = False
+def _register(library: torch.library.Library, key: str, routes: routing.Routes) -> None:
+    """Put Python hooks of mm, addmm and bmm over torch's kernels at dispatch key `key`: what
+    the compiled ones do, without remembering routes."""
+    for op in HOOKED_OPS:
+        library.impl(op, _python_hook(torch.library.get_kernel(f"aten::{op}", key),
+                                      getattr(routes, op)), key, with_keyset=True)
 
 
-def _tf32(dtype: torch.dtype) -> bool:
-    """The precision torch's own call would take: tf32 for fp32 where torch allows it."""
-    return dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-
-
-def _register(library: torch.library.Library, key: str) -> None:
-    """Put the routing kernels of mm, addmm and bmm over torch's at dispatch key `key`."""
-    matmul, linear = fronts.front("matmul"), fronts.front("linear")
-    torch_mm, torch_addmm, torch_bmm = (torch.library.get_kernel(f"aten::{op}", key)
-                                        for op in ("mm", "addmm", "bmm"))
-
-    def mm(keyset, a, b):
-        if _ROUTING.inside or a.dtype not in KERNEL_DTYPES or b.dtype != a.dtype:
-            return torch_mm.call_boxed(keyset, a, b)
-        return _tuned(matmul, a, b, allow_tf32=_tf32(a.dtype))
-
-    def addmm(keyset, c, a, b, *, beta=1, alpha=1):
-        if (_ROUTING.inside or a.dtype not in KERNEL_DTYPES or b.dtype != a.dtype
-                or not is_bias_row(c, b, beta, alpha)):
-            return torch_addmm.call_boxed(keyset, c, a, b, beta=beta, alpha=alpha)
-        return _tuned(linear, a, b.t(), c, allow_tf32=_tf32(a.dtype))
-
-    def bmm(keyset, a, b):
-        if not _ROUTING.inside and a.dtype in KERNEL_DTYPES and b.dtype == a.dtype:
-            folded = folded_bmm(a, b)
-            if folded is not None:
-                out = _tuned(matmul, *folded, allow_tf32=_tf32(a.dtype))
-                return out.view(a.shape[0], a.shape[1], b.shape[2])
-        return torch_bmm.call_boxed(keyset, a, b)
-
-    with warnings.catch_warnings():  # torch warns once that aten kernels are overridden
-        warnings.filterwarnings("ignore", "Warning only once for all operators")
-        for name, kernel in (("mm", mm), ("addmm", addmm), ("bmm", bmm)):
-            library.impl(name, kernel, key, with_keyset=True)
+def _python_hook(kept, route: Callable) -> Callable:
+    def hook(keyset, *args, **kwargs):
+        if not _ROUTING.inside:
+            _ROUTING.inside = True
+            try:
+                out = route(*args, **kwargs)
+            finally:
+                _ROUTING.inside = False
+            if out is not None:
+                return out
+        return kept.call_boxed(keyset, *args, **kwargs)
+    return hook
 
 
 def _dispatch_keys(devices: Sequence[str]) -> list[str]:
@@ -131,16 +106,21 @@ def enable(devices: Sequence[str] = DEFAULT_DEVICES) -> None:
     global _devices
     keys = _dispatch_keys(devices)
     disable()
-    for key in keys:
-        library = torch.library.Library("aten", "IMPL")
-        _libraries.append(library)
-        _register(library, key)
+    routes = routing.Routes(fronts.front("matmul"), fronts.front("linear"))
+    with warnings.catch_warnings():  # torch warns once that aten kernels are overridden
+        warnings.filterwarnings("ignore", "Warning only once for all operators")
+        if not fastpath.install_hooks(keys, routes):
+            for key in keys:
+                library = torch.library.Library("aten", "IMPL")
+                _libraries.append(library)
+                _register(library, key, routes)
     _devices = tuple(devices)
 
 
 def disable() -> None:
     """Give mm, addmm and bmm back to torch's own kernels (nothing where not enabled)."""
     global _devices
+    fastpath.remove_hooks()
     while _libraries:
         _libraries.pop()._destroy()
     _devices = ()

@@ -322,6 +322,33 @@ def _described(t: torch.Tensor | None) -> tuple | None:
     return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15
 
 
+def _matmul_signature(a, b, out, scale_a, scale_b, allow_tf32: bool) -> tuple:
+    """The key of `tuner.matmul`'s repeats; AttributeError where an argument is no tensor."""
+    return (_described(a), _described(b), _described(out), _described(scale_a),
+            _described(scale_b), allow_tf32)
+
+
+def _linear_signature(x, weight, bias, allow_tf32: bool) -> tuple:
+    """The key of `tuner.linear`'s repeats; AttributeError where an argument is no tensor."""
+    return _described(x), _described(weight), _described(bias), allow_tf32
+
+
+def repeated_action(name: str, a: torch.Tensor, b: torch.Tensor,
+                    bias: torch.Tensor | None = None, *, allow_tf32: bool,
+                    result: torch.Tensor | None = None):
+    """What later direct calls `tuner.<name>(a, b, bias)` ("matmul": no bias) of this
+    signature run, as the first one noted (`_remember`), for results like `result`
+    (Repeated.compiled_action): "torch" where the key is answered by cuBLAS (torch's own
+    GEMM), (issue, result) for the replay of recorded launches, None where no call noted it
+    yet or they take the Python path. The one answer to "does cuBLAS serve this call" that
+    tuner.routing asks, so that the hooks of tuner.enable run torch's kernel themselves."""
+    if name == "linear":
+        repeat = _LINEAR_REPEATS.get(_linear_signature(a, b, bias, allow_tf32))
+    else:
+        repeat = _MATMUL_REPEATS.get(_matmul_signature(a, b, None, None, None, allow_tf32))
+    return None if repeat is None else repeat.compiled_action(result)
+
+
 def _remember(name: str, signature: tuple, call: _Call | None, out: torch.Tensor,
               same_addresses: bool, operands: tuple, allow_tf32: bool) -> None:
     """Note how later calls of `signature` (the public call `name` with these arguments, as
@@ -364,8 +391,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, *,
     signature = None
     if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
         try:
-            signature = (_described(a), _described(b), _described(out), _described(scale_a),
-                         _described(scale_b), allow_tf32)
+            signature = _matmul_signature(a, b, out, scale_a, scale_b, allow_tf32)
         except AttributeError:  # not a tensor: checked below
             pass
         repeat = _MATMUL_REPEATS.get(signature)
@@ -406,7 +432,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     signature = None
     if not torch.compiler.is_compiling():  # fake tensors while tracing have no addresses
         try:
-            signature = (_described(x), _described(weight), _described(bias), allow_tf32)
+            signature = _linear_signature(x, weight, bias, allow_tf32)
         except AttributeError:  # not a tensor: checked below
             pass
         repeat = _LINEAR_REPEATS.get(signature)

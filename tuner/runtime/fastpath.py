@@ -6,6 +6,9 @@ torch's own call of the same GEMM, and in eager PyTorch host time is what a deco
 costs. The compiled functions look a call's signature up in what the Python dispatcher
 `remember`ed on its first call, and run the torch operator or the recorded launches; every
 other call goes to the Python function, which validates, decides, warns and raises.
+The hooks `tuner.enable` puts over aten mm, addmm and bmm live here too (`install_hooks`), for
+the same reason: they serve a call whose route they remember (`remember_route`) without
+entering Python, and hand every other call to tuner.routing.
 
 Built once per source (its contents and its place: torch's build files name the source's
 path, so two checkouts sharing one name would rebuild each other's), torch and Python version
@@ -22,7 +25,7 @@ import hashlib
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -96,6 +99,35 @@ def remember(name: str, action, operands: tuple, allow_tf32: bool) -> None:
 
 
 def clear() -> None:
-    """Forget every remembered signature."""
+    """Forget every remembered signature, the hooks' routes too."""
     if _module is not None:
         _module.clear()
+
+
+# -- the hooks of tuner.enable ----------------------------------------------------------------
+def install_hooks(keys: Sequence[str], routes) -> bool:
+    """Put the compiled hooks over aten mm, addmm and bmm at each dispatch key of `keys`
+    ("CPU", "CUDA"), in place of any installed before; a call whose route they do not
+    remember goes to `routes.mm`, `.addmm` or `.bmm` (tuner.routing.Routes). False where
+    nothing is compiled: the caller registers Python hooks instead."""
+    module = _load()
+    if module is None:
+        return False
+    module.install_hooks(tuple(keys), routes.mm, routes.addmm, routes.bmm)
+    return True
+
+
+def remove_hooks() -> None:
+    """Give mm, addmm and bmm back to the kernels the hooks kept; forget their routes."""
+    if _module is not None:
+        _module.remove_hooks()
+
+
+def remember_route(op: str, args: tuple, action) -> None:
+    """Later calls of aten `op` ("mm", "addmm", "bmm") with the signature of `args` (its
+    arguments as the hook passed them on) take `action`: "torch" (torch's kernel, which the
+    hook kept) or (issue, result) (the replay of recorded launches into a new output like
+    `result`: Repeated.compiled_action)."""
+    if _module is not None:
+        issue, example = (action, None) if action == "torch" else action
+        _module.remember_route(op, args, issue, example)
