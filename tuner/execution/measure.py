@@ -57,6 +57,8 @@ class TrialResult:
     timing_method: str | None = None
     host_us: float | None = None  # host time per back-to-back call of the launch path
     loop_ms: float | None = None  # wall time per back-to-back call, final synchronize included
+    loop_p20_ms: float | None = None  # the spread of loop_ms's samples (its p20 and p80)
+    loop_p80_ms: float | None = None
 
     def __post_init__(self) -> None:  # a status given as its stored string is the enum too
         object.__setattr__(self, "status", TrialStatus(self.status))
@@ -167,10 +169,11 @@ class ShapeBench:
             return TrialResult(TrialStatus.WRONG, f"relative error {err:.3g} > {self.tolerance:g}",
                                rel_error=err, compile_s=first_launch_s)
         timing = self.backend.time(self._launcher(kernel, config), len(self.sets))
-        calls = time_calls(self._call_loop(kernel, config))
+        loop = self._call_loop(kernel, config)
+        calls, spread = time_calls(loop), loop.timing()
         return TrialResult(TrialStatus.OK, None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
                            self._tflops(timing), err, None, timing.method, calls.host_us,
-                           calls.loop_ms)
+                           calls.loop_ms, spread.p20_ms, spread.p80_ms)
 
     def retime(self, kernel_name: str, configs: list[dict], launch: str) -> list[Timing]:
         """The configs re-timed side by side by the figure `launch` ranks (tuner.objective):

@@ -38,7 +38,7 @@ from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing, is_tie
 from tuner.kernels.base import Kernel, specialization
 from tuner.kernels.calls import meta_gemm
-from tuner.objective import EAGER, call_tflops, finalists, ranked
+from tuner.objective import EAGER, CallTime, call_tflops, call_time, finalists, ranked
 from tuner.search.budget import StudyBudget
 from tuner.search.samplers import make_sampler
 from tuner.search.stopping import (
@@ -162,8 +162,10 @@ class StudyRunner:
             return CANNOT_RUN_TFLOPS
         return call_tflops(self.shape.flops, row, self.budget.launch)
 
-    def _attempted_objectives(self) -> list[float]:
-        return [self.objective(t) for t in sorted(self.stored.values(), key=lambda t: t.number)
+    def _attempted_calls(self) -> list[CallTime | None]:
+        """Each attempted trial's time per call by the launch mode's figure, in order."""
+        return [call_time(t, self.budget.launch)
+                for t in sorted(self.stored.values(), key=lambda t: t.number)
                 if t.status != TrialStatus.INFEASIBLE]
 
     def _opening(self) -> bool:
@@ -185,7 +187,7 @@ class StudyRunner:
         else:
             ran = [(t.params, t.p50_ms) for t in self.stored.values()
                    if t.status == TrialStatus.OK and t.p50_ms]
-            why = search_stop(self._attempted_objectives(), ran, self.budget.patience,
+            why = search_stop(self._attempted_calls(), ran, self.budget.patience,
                               self.bound)
         self.ended_by = why
         return why
