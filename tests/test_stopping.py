@@ -17,11 +17,12 @@ from tuner.db.store import Store
 from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.kernels import KERNELS
-from tuner.objective import EAGER, GRAPH, CallTime, call_time
+from tuner.objective import EAGER, GRAPH, CallTime, call_time, finalists, ranked
 from tuner.search.budget import StudyBudget
 from tuner.search.planning import plan_studies
 from tuner.search.replay import TUNE_RUN, TUNE_RUN_BEFORE, Recording, replay, with_library
 from tuner.search.replay_report import geomean
+from tuner.search.screening import REACH, screened
 from tuner.search.stopping import (
     MIN_CALIBRATION,
     MODEL_BOUND,
@@ -37,6 +38,7 @@ from tuner.search.stopping import (
 from tuner.search.warmstart import model_configs
 from tuner.shapes import Shape
 from tuner.space import config_signature, parse_space
+from tuner.statuses import TrialStatus
 
 CUBLAS = {"variant": "cublas", "pad": 0}
 WITH_CUBLAS = parse_space({"kernel": "mm", "params": {
@@ -78,11 +80,11 @@ class CublasExecutor(ScriptedExecutor):
         done.set_result(0.0)
         return done
 
-    def measure(self, slot, shape, seed, kernel_name, config):
+    def measure(self, slot, shape, seed, kernel_name, config, short=False):
         time.sleep(self.measure_s)
         if config["variant"] != "cublas":
-            return super().measure(slot, shape, seed, kernel_name, config)
-        self.measured.append(config)
+            return super().measure(slot, shape, seed, kernel_name, config, short)
+        (self.short if short else self.measured).append(config)
         ms = self.cublas_ms
         return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, 1.0, 1e-3, None, "x",
                            host_us=10.0, loop_ms=ms)
@@ -145,10 +147,13 @@ def test_a_study_where_cublas_wins_by_far_stops_after_the_models_top_configs(wor
                                   warm_start=WARM_START, early_stop=True, bound=BOUND, batch=8)
     outcome = runner.run()
     assert outcome.best.params == CUBLAS and outcome.ended_by.startswith(MODEL_BOUND)
-    compiling = [c for c in WARM_START if c in executor.measured or c not in executor.compiled]
-    assert executor.measured == compiling[:len(executor.measured)]  # in order, none after
-    ran = [t for t in runner.stored.values() if t.status == "ok"]
-    assert len(ran) == 1 + MIN_CALIBRATION
+    looked_at = executor.measured + executor.short  # cuBLAS in full, then each tile short
+    compiling = [c for c in WARM_START if c in looked_at or c not in executor.compiled]
+    assert looked_at == compiling[:len(looked_at)]  # in order, none after
+    # The tiles, twice cuBLAS's time, are screened: their short measure calibrates the bound.
+    assert executor.measured == [CUBLAS] and len(executor.short) == MIN_CALIBRATION
+    statuses = [t.status for t in runner.stored.values()]
+    assert statuses.count("ok") == 1 and statuses.count("screened") == MIN_CALIBRATION
 
 
 @pytest.mark.slow
@@ -160,7 +165,7 @@ def test_a_study_where_a_tile_wins_is_not_ended_by_the_bound(world):
                                   warm_start=WARM_START, early_stop=True, bound=BOUND, batch=8)
     outcome = runner.run()
     assert not outcome.ended_by.startswith(MODEL_BOUND)
-    assert len(executor.measured) > 1 + MIN_CALIBRATION
+    assert len(executor.measured + executor.short) > 1 + MIN_CALIBRATION
     best_tile = {**WARM_START[1], "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
                  "num_stages": 2}
     assert outcome.best.params == best_tile
@@ -379,3 +384,18 @@ def test_a_trials_call_time_is_its_launch_modes_figure_with_that_figures_spread(
     older = TrialResult("ok", None, 0.9, 1.0, 1.2, 1.0, 1e-3, None, "x", loop_ms=2.0)
     assert call_time(older, EAGER) == CallTime(2.0, 2.0, 2.0)  # stored before the spread
     assert call_time(TrialResult("wrong", "relative error 1"), GRAPH) is None
+
+
+def test_a_short_measure_out_of_reach_of_the_best_is_stored_screened_never_ranked():
+    """Within REACH of the best kernel (or tied with it) a config earns the full measures;
+    beyond, its short measure is stored as screened, which no ranking or finalist takes."""
+    best = TrialResult("ok", None, 0.99, 1.0, 1.01, 1.0, 1e-3, None, "x", loop_ms=1.2)
+
+    def short(ms):
+        return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, 1.0, 1e-3, None, "short")
+    assert screened(short(1.0 + REACH * 0.9), best) is None
+    assert screened(short(0.5), best) is None
+    far = screened(short(1.0 + REACH * 1.5), best)
+    assert far.status == TrialStatus.SCREENED and "short measure" in far.reason
+    assert screened(TrialResult("wrong", "relative error 1"), best) is None
+    assert ranked([far, best], GRAPH) == [best] and finalists([far], EAGER) == []

@@ -155,9 +155,10 @@ class ShapeBench:
             return None
         return self.backend.time(launch, len(self.sets))
 
-    def run(self, kernel_name: str, config: dict) -> TrialResult:
+    def run(self, kernel_name: str, config: dict, short: bool = False) -> TrialResult:
         """Correctness on the check inputs (first launch, compiling if not cached), then
-        device time, then the cost of back-to-back calls."""
+        device time, then the cost of back-to-back calls; `short`: a short device measure
+        alone (no call loop), for a study to judge whether the full one is worth taking."""
         kernel = KERNELS[kernel_name]
         check_out = self.check.out.fill_(float("nan"))  # anything left unwritten fails
         start = time.perf_counter()
@@ -168,7 +169,10 @@ class ShapeBench:
         if not err <= self.tolerance:
             return TrialResult(TrialStatus.WRONG, f"relative error {err:.3g} > {self.tolerance:g}",
                                rel_error=err, compile_s=first_launch_s)
-        timing = self.backend.time(self._launcher(kernel, config), len(self.sets))
+        timing = self.backend.time(self._launcher(kernel, config), len(self.sets), short)
+        if short:
+            return TrialResult(TrialStatus.OK, None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
+                               self._tflops(timing), err, None, timing.method)
         loop = self._call_loop(kernel, config)
         calls, spread = time_calls(loop), loop.timing()
         return TrialResult(TrialStatus.OK, None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
@@ -199,13 +203,15 @@ def _bench_for(shape: Shape, seed: int) -> ShapeBench:
     return _bench
 
 
-def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict) -> TrialResult:
-    """A trial's result, whatever the config does short of poisoning the CUDA context.
+def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict,
+                 short: bool = False) -> TrialResult:
+    """A trial's result (`short`: of the short measure alone), whatever the config does short
+    of poisoning the CUDA context.
 
     A sticky CUDA error is re-raised: the worker reports it and exits (tuner.execution.workers).
     """
     try:
-        return _bench_for(shape, seed).run(kernel_name, config)
+        return _bench_for(shape, seed).run(kernel_name, config, short)
     except Exception as e:  # noqa: BLE001 - every failure of a config is a recorded trial
         if is_sticky_cuda_error(str(e)):
             raise
