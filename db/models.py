@@ -171,9 +171,12 @@ class Trial(Base):
     compile_s: Mapped[float | None]
     timing_method: Mapped[str | None] = mapped_column(Text)
     # The call as the dispatcher makes it, back to back on the same inputs: host µs per call,
-    # and wall ms per call through the final synchronize (None before they were measured).
+    # and wall ms per call through the final synchronize (None before they were measured),
+    # with the p20 and p80 of the loop's samples (None before they were stored).
     host_us: Mapped[float | None]
     loop_ms: Mapped[float | None]
+    loop_p20_ms: Mapped[float | None]
+    loop_p80_ms: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     study: Mapped[Study] = relationship(back_populates="trials")

@@ -213,7 +213,8 @@ def m_option(what: str):
                    "resume.")
 @click.option("--patience", default=DEFAULT_PATIENCE, show_default=True,
               type=click.IntRange(min=1),
-              help="Stop a study after this many trials in a row without a 0.5% gain.")
+              help="Stop a study after this many trials in a row without a gain beyond the "
+                   "noise of the timings compared.")
 @click.option("--polish", default=DEFAULT_POLISH, show_default=True, type=click.IntRange(min=0),
               help="Trials past the sampler's that step from a study's best config to its "
                    "neighbours, one parameter at a time (0: none).")
@@ -331,6 +332,11 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
               help="Add cuBLAS to each recorded shape at RATIO times its best TF/s (> 1: "
                    "cuBLAS wins): recordings of Triton configs alone, replayed where cuBLAS "
                    "wins or loses.")
+@click.option("--noise", default=0.0, show_default=True,
+              type=FiniteFloatRange(min=0, max=1), metavar="SPREAD",
+              help="Replay each measure off by a seeded log-normal factor of this relative "
+                   "spread (its p20-p80 says so), as short kernels' timings are: 0 takes the "
+                   "recorded medians as exact.")
 @click.option("--seeds", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1))
 @click.option("--in-flight", default=16, show_default=True, type=click.IntRange(min=1),
@@ -342,7 +348,7 @@ def suggest(shapes_path, space_paths, device_name, fmt, output):
 @click.pass_obj
 @one_line_errors
 def replay(db, recording_path, device_selector, save_recording, strategies, cublas_ratio,
-           seeds, trials, in_flight, jobs, plot_path):
+           noise, seeds, trials, in_flight, jobs, plot_path):
     """Compare search strategies on recorded timings (`tune run --exhaustive`): no GPU."""
     from tuner.reports import replay_strategies
     from tuner.search.replay import STRATEGIES
@@ -358,7 +364,7 @@ def replay(db, recording_path, device_selector, save_recording, strategies, cubl
         chosen.append(STRATEGIES[name])
     replay_strategies(db, recording_path,
                       device_selector, save_recording, chosen, seeds, trials, in_flight, jobs,
-                      plot_path, click.echo, STDERR, cublas_ratio)
+                      plot_path, click.echo, STDERR, cublas_ratio, noise)
 
 
 # What the deprecated `tune export --format X` names, as subcommands.

@@ -21,6 +21,7 @@ choice under the other launch mode (tuner.export.picks): `ranked` and `finalists
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from tuner.statuses import TrialStatus
 
@@ -44,6 +45,30 @@ def call_ms(measured, launch: str) -> float | None:
     """The ms per call that `launch` ranks by, of a stored trial or a TrialResult (None where
     it was not measured: a failed config, or a trial stored before loop_ms existed)."""
     return getattr(measured, FIGURES[launch])
+
+
+@dataclass(frozen=True)
+class CallTime:
+    """A measured record's ms per call by a launch mode's figure, with the spread of its
+    samples: what tuner.execution.timing.is_tie weighs to tell a gain from noise."""
+    p20_ms: float
+    p50_ms: float
+    p80_ms: float
+
+
+# Which stored quantiles each mode's figure has: the device timing's, or the call loop's.
+_QUANTILES = {EAGER: ("loop_p20_ms", "loop_ms", "loop_p80_ms"),
+              GRAPH: ("p20_ms", "p50_ms", "p80_ms")}
+
+
+def call_time(measured, launch: str) -> CallTime | None:
+    """The `launch` figure of a correct record with its spread, or None (a config that did
+    not run, or was not measured in full); a record stored without the spread of its call
+    loop has none (the median three times)."""
+    if measured.status != TrialStatus.OK or call_ms(measured, launch) is None:
+        return None
+    low, median, high = (getattr(measured, name) for name in _QUANTILES[launch])
+    return CallTime(median if low is None else low, median, median if high is None else high)
 
 
 def call_tflops(flops: int, measured, launch: str) -> float:

@@ -85,10 +85,12 @@ def replay_strategies(db, recording_path: str | None, device_selector: str | Non
                       save_recording: str | None, strategies: Sequence, seeds: int, trials: int,
                       in_flight: int, jobs: int, plot_path: str | None,
                       out: Callable[[str], None] = print,
-                      reporter: Reporter = STDERR, cublas_ratio: float | None = None) -> None:
+                      reporter: Reporter = STDERR, cublas_ratio: float | None = None,
+                      noise: float = 0.0) -> None:
     """`tune replay`: replay the strategies (tuner.search.replay.Strategy) on a recording,
     read from `recording_path` or else from `db` (a tuner.db.database.Database, opened only
-    then), with cuBLAS added at `cublas_ratio` times each shape's best if given, and report
+    then), with cuBLAS added at `cublas_ratio` times each shape's best if given, each
+    measure seen with `noise` (tuner.search.replay.Noise), and report
     the median curves, where the stopping rules ended the studies and the model's first pick
     to `out`."""
     from tuner.search import replay as replays
@@ -107,9 +109,11 @@ def replay_strategies(db, recording_path: str | None, device_selector: str | Non
         recording = replays.Recording(recording.device, tuple(
             replays.with_library(r, cublas_ratio) for r in recording.shapes))
         cublas = f", cuBLAS added at {cublas_ratio:g}x each shape's best"
-    curves = replays.compare(recording, strategies, seeds, trials, in_flight, jobs)
+    curves = replays.compare(recording, strategies, seeds, trials, in_flight, jobs, noise)
+    noisy = f", measures seen with {noise:.1%} noise" if noise else ""
     out(f"# search strategies replayed on {len(recording.shapes)} recorded shapes "
-        f"({recording.device.name}), {seeds} seeds, {in_flight} configs in flight{cublas}\n")
+        f"({recording.device.name}), {seeds} seeds, {in_flight} configs in flight"
+        f"{cublas}{noisy}\n")
     out("median fraction of the exhaustive best found after n measured configs\n")
     out(report.curves_table(curves, trials))
     out("\n## where the studies ended\n")

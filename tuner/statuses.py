@@ -27,6 +27,9 @@ class TrialStatus(_Status):
     RUNTIME_ERROR = "runtime_error"
     CRASHED = "crashed"  # the worker died under it
     WRONG = "wrong"  # ran, but its result differs from the float64 reference
+    # correct, but its short device measure (tuner.search.screening) was too far behind the
+    # best to earn the full measures: its figures are the short measure's, never a winner's
+    SCREENED = "screened"
 
     @property
     def remembered(self) -> bool:

@@ -32,10 +32,15 @@ class Backend:
     def gpu(self) -> bool:
         return self.name == "gpu"
 
-    def time(self, launch: Callable[[int], None], n_sets: int):
-        """A tuner.execution.timing.Timing of launch(i) over the n_sets equivalent input sets."""
-        from tuner.execution.timing import time_cpu, time_gpu
-        return time_gpu(launch, n_sets) if self.gpu else time_cpu(launch, n_sets)
+    def time(self, launch: Callable[[int], None], n_sets: int, short: bool = False):
+        """A tuner.execution.timing.Timing of launch(i) over the n_sets equivalent input sets;
+        `short`: the short measure's fewer samples, taken the same way."""
+        from tuner.execution.timing import SHORT_MIN_RUNS, SHORT_TIME_MS, time_cpu, time_gpu
+        if not self.gpu:
+            return time_cpu(launch, n_sets, runs=1 if short else 3)
+        if short:
+            return time_gpu(launch, n_sets, min_runs=SHORT_MIN_RUNS, min_time_ms=SHORT_TIME_MS)
+        return time_gpu(launch, n_sets)
 
     def synchronize(self) -> None:
         if self.gpu:

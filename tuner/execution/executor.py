@@ -134,10 +134,11 @@ class Executor:
 
     # -- measuring on a device --------------------------------------------------------------
     def measure(self, slot: int, shape: Shape, seed: int, kernel_name: str,
-                config: dict) -> TrialResult:
+                config: dict, short: bool = False) -> TrialResult:
+        """A config checked and timed (`short`: by the short device measure alone)."""
         try:
             return self.device_workers[slot].call(execution.measure_task, shape, seed,
-                                                  kernel_name, config,
+                                                  kernel_name, config, short,
                                                   timeout=self.options.trial_timeout_s)
         except TaskFailed as e:  # a sticky CUDA error: the worker has exited
             return TrialResult(TrialStatus.CRASHED, f"cuda: {e}")

@@ -57,6 +57,8 @@ class TrialResult:
     timing_method: str | None = None
     host_us: float | None = None  # host time per back-to-back call of the launch path
     loop_ms: float | None = None  # wall time per back-to-back call, final synchronize included
+    loop_p20_ms: float | None = None  # the spread of loop_ms's samples (its p20 and p80)
+    loop_p80_ms: float | None = None
 
     def __post_init__(self) -> None:  # a status given as its stored string is the enum too
         object.__setattr__(self, "status", TrialStatus(self.status))
@@ -153,9 +155,10 @@ class ShapeBench:
             return None
         return self.backend.time(launch, len(self.sets))
 
-    def run(self, kernel_name: str, config: dict) -> TrialResult:
+    def run(self, kernel_name: str, config: dict, short: bool = False) -> TrialResult:
         """Correctness on the check inputs (first launch, compiling if not cached), then
-        device time, then the cost of back-to-back calls."""
+        device time, then the cost of back-to-back calls; `short`: a short device measure
+        alone (no call loop), for a study to judge whether the full one is worth taking."""
         kernel = KERNELS[kernel_name]
         check_out = self.check.out.fill_(float("nan"))  # anything left unwritten fails
         start = time.perf_counter()
@@ -166,11 +169,15 @@ class ShapeBench:
         if not err <= self.tolerance:
             return TrialResult(TrialStatus.WRONG, f"relative error {err:.3g} > {self.tolerance:g}",
                                rel_error=err, compile_s=first_launch_s)
-        timing = self.backend.time(self._launcher(kernel, config), len(self.sets))
-        calls = time_calls(self._call_loop(kernel, config))
+        timing = self.backend.time(self._launcher(kernel, config), len(self.sets), short)
+        if short:
+            return TrialResult(TrialStatus.OK, None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
+                               self._tflops(timing), err, None, timing.method)
+        loop = self._call_loop(kernel, config)
+        calls, spread = time_calls(loop), loop.timing()
         return TrialResult(TrialStatus.OK, None, timing.p20_ms, timing.p50_ms, timing.p80_ms,
                            self._tflops(timing), err, None, timing.method, calls.host_us,
-                           calls.loop_ms)
+                           calls.loop_ms, spread.p20_ms, spread.p80_ms)
 
     def retime(self, kernel_name: str, configs: list[dict], launch: str) -> list[Timing]:
         """The configs re-timed side by side by the figure `launch` ranks (tuner.objective):
@@ -196,13 +203,15 @@ def _bench_for(shape: Shape, seed: int) -> ShapeBench:
     return _bench
 
 
-def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict) -> TrialResult:
-    """A trial's result, whatever the config does short of poisoning the CUDA context.
+def measure_task(shape: Shape, seed: int, kernel_name: str, config: dict,
+                 short: bool = False) -> TrialResult:
+    """A trial's result (`short`: of the short measure alone), whatever the config does short
+    of poisoning the CUDA context.
 
     A sticky CUDA error is re-raised: the worker reports it and exits (tuner.execution.workers).
     """
     try:
-        return _bench_for(shape, seed).run(kernel_name, config)
+        return _bench_for(shape, seed).run(kernel_name, config, short)
     except Exception as e:  # noqa: BLE001 - every failure of a config is a recorded trial
         if is_sticky_cuda_error(str(e)):
             raise

@@ -63,6 +63,10 @@ LOOP_SAMPLE_MS = 10.0
 MIN_LOOP_CALLS = 7
 MAX_LOOP_CALLS = 10_000
 LOOP_RETIME_ROUNDS = 10
+# A short device measure (a study's first look at a config, tuner.search.screening): the
+# same method (cold L2, graphs for short kernels), a tenth of time_gpu's default samples.
+SHORT_TIME_MS = 10.0
+SHORT_MIN_RUNS = 5
 # A sample's host time is read after its first HOST_CALLS calls: few enough that their
 # launches fit in CUDA's launch queue (about a thousand entries), so the host never waits for
 # the GPU while issuing them, and host_us stays host time even for kernels slower than it.

@@ -27,7 +27,7 @@ class StudyBudget:
     budget_s: float | None  # seconds the study may search (`tune run --budget-s`)
     seed: int
     batch: int = 8  # configs in flight at once: compiling, or compiled and awaiting measure
-    # Stop once this many trials in a row improved the best by no more than IMPROVEMENT
+    # Stop once this many trials in a row improved the best by no more than its noise
     # (tuner.search.stopping).
     patience: int | None = None
     sampler: str = DEFAULT_SAMPLER  # tuner.search.samplers

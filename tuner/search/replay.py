@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import math
+import random
 import statistics
 import zlib
 from collections import deque
@@ -33,6 +34,7 @@ from tuner.errors import UserError
 from tuner.formats.files import write_bytes_atomic
 from tuner.kernels import KERNELS, kernel_variants
 from tuner.kernels.calls import meta_gemm
+from tuner.objective import CallTime
 from tuner.search.budget import (
     DEFAULT_PATIENCE,
     DEFAULT_POLISH,
@@ -213,7 +215,7 @@ def model_ranking(recording: ShapeRecording, device: DeviceInfo, k: int) -> list
 
 def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int,
            in_flight: int, warm_start: Sequence[dict] = (),
-           device: DeviceInfo | None = None) -> list[float]:
+           device: DeviceInfo | None = None, noise: float = 0.0) -> list[float]:
     """Fraction of the recording's best found after each measured config: up to `trials`
     from the sampler, fewer where the strategy's stopping rules end it sooner, then its
     polish steps.
@@ -221,7 +223,8 @@ def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int
     `warm_start` holds the configs a study tries first (the model's picks); a model-only
     strategy measures them alone, in order. A study first measures the library calls
     (cuBLAS) the recording holds, as `tune run` does; `device` (the recording's) gives the
-    model's bound its spec.
+    model's bound its spec. `noise` is the relative spread of a measurement (`Noise`): the
+    study sees noisy times, the curve the recorded ones of the configs it measured.
     """
     if strategy.sampler is None:
         values = [recording.tflops[config_signature(c)] for c in warm_start[:trials]]
@@ -237,9 +240,8 @@ def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int
     if strategy.model_bound and device is not None:
         from tuner.model.predict import device_spec
         bound = model_bound(kernel, recording.shape, device_spec(device), list(warm_start))
-    measured: dict[tuple, float] = {}
+    seen = Noise(recording, noise, seed)
     flying: deque[tuple[optuna.trial.Trial, tuple]] = deque()
-    values: list[float] = []
     warm = {config_signature(c) for c in first}
     unasked = set(warm)
     asks = 0
@@ -249,20 +251,18 @@ def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int
         return not unasked and any(s in warm for _, s in flying)
 
     def stop():
-        ran = [(dict(sig), recording.shape.flops / tf / 1e9) for sig, tf in measured.items()
-               if tf > 0]
-        return search_stop(values, ran, strategy.patience, bound)
+        return search_stop(seen.calls, seen.device_ms(), strategy.patience, bound)
 
-    while len(values) < trials:
-        while (len(flying) < in_flight and len(values) + len(flying) < trials
+    while len(seen.order) < trials:
+        while (len(flying) < in_flight and len(seen.order) + len(flying) < trials
                and asks < trials * ASKS_PER_TRIAL and stop() is None
                and not (strategy.model_bound and opening())):
             trial = study.ask()
             asks += 1
             signature = config_signature(recording.space.suggest(trial))
             unasked.discard(signature)
-            if signature in measured:
-                study.tell(trial, measured[signature])
+            if signature in seen.tflops:
+                study.tell(trial, seen.tflops[signature])
             elif any(signature == s for _, s in flying):
                 study.tell(trial, state=TrialState.FAIL)
             elif signature not in recording.tflops:  # infeasible: worth nothing, costs nothing
@@ -273,27 +273,56 @@ def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int
                           and (why.drops_in_flight or strategy.model_bound)):
             break
         trial, signature = flying.popleft()
-        measured[signature] = recording.tflops[signature]
-        study.tell(trial, measured[signature])
-        values.append(measured[signature])
-    values += _polished(recording, measured, strategy.polish)
-    return _fractions(values, recording.best)
+        study.tell(trial, seen.measure(signature))
+    _polish(recording, seen, strategy.polish)
+    return _fractions([recording.tflops[s] for s in seen.order], recording.best)
 
 
-def _polished(recording: ShapeRecording, measured: dict[tuple, float], polish: int) -> list:
-    """The polish steps of a study (tuner.search.study): rounds of the best config's
-    unmeasured neighbours, while the best moves and steps are left; their TF/s in order."""
-    values: list[float] = []
-    while len(values) < polish:
-        best = dict(max(measured, key=measured.get))
+class Noise:
+    """What a replayed study sees of the recording: each measured config's recorded TF/s
+    off by a seeded log-normal factor of relative spread `spread`, and that spread in its
+    p20-p80 as an honest timing reports it (none at 0: the recorded medians are taken as
+    exact, and the stopping rules' noise floor applies)."""
+
+    Z80 = 0.8416  # the standard normal's 80th percentile
+
+    def __init__(self, recording: ShapeRecording, spread: float, seed: int):
+        self.recording, self.spread = recording, spread
+        self.random = random.Random(seed)
+        self.tflops: dict[tuple, float] = {}  # as seen, per config measured
+        self.order: list[tuple] = []  # the configs measured, in order
+        self.calls: list[CallTime | None] = []  # as `tuner.search.stopping.stalled` takes them
+
+    def measure(self, signature: tuple) -> float:
+        """The TF/s the study sees of one more config (0: it failed)."""
+        value = self.recording.tflops[signature]
+        if value > 0 and self.spread:
+            value *= math.exp(self.random.gauss(0.0, self.spread))
+        self.tflops[signature] = value
+        self.order.append(signature)
+        ms = self.recording.shape.flops / value / 1e9 if value > 0 else None
+        side = math.exp(self.Z80 * self.spread)
+        self.calls.append(None if ms is None else CallTime(ms / side, ms, ms * side))
+        return value
+
+    def device_ms(self) -> list[tuple[dict, float]]:
+        """(config, device ms) of the configs that ran, for the model's bound."""
+        return [(dict(sig), call.p50_ms) for sig, call in zip(self.order, self.calls) if call]
+
+
+def _polish(recording: ShapeRecording, seen: Noise, polish: int) -> None:
+    """The polish steps of a study (tuner.search.study): rounds of the best config's (as
+    seen) unmeasured neighbours, while the best moves and steps are left."""
+    done = 0
+    while done < polish:
+        best = dict(max(seen.tflops, key=seen.tflops.get))
         steps = [config_signature(c) for c in recording.space.neighbours(best)]
-        steps = [s for s in steps if s in recording.tflops and s not in measured]
+        steps = [s for s in steps if s in recording.tflops and s not in seen.tflops]
         if not steps:
             break
-        for signature in steps[:polish - len(values)]:
-            measured[signature] = recording.tflops[signature]
-            values.append(measured[signature])
-    return values
+        for signature in steps[:polish - done]:
+            seen.measure(signature)
+            done += 1
 
 
 def _fractions(values: Iterable[float], best: float) -> list[float]:
@@ -313,16 +342,18 @@ def median_curve(curves: Sequence[Sequence[float]], trials: int) -> list[float]:
 
 # -- comparing strategies --------------------------------------------------------------------
 def _replay_task(args) -> tuple[str, list[float]]:
-    recording, strategy, seed, trials, in_flight, picks, device = args
-    return strategy.name, replay(recording, strategy, seed, trials, in_flight, picks, device)
+    recording, strategy, seed, trials, in_flight, picks, device, noise = args
+    return strategy.name, replay(recording, strategy, seed, trials, in_flight, picks, device,
+                                 noise)
 
 
 def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, trials: int,
-            in_flight: int, jobs: int) -> dict[str, list[list[float]]]:
+            in_flight: int, jobs: int, noise: float = 0.0) -> dict[str, list[list[float]]]:
     """Per strategy, the curves of every (shape, seed) replay: a model-only strategy is
     deterministic and replays once per shape, measuring the model's ranking in order; a
     sampler after the model's warm start first measures what `tune run` enqueues (the best of
-    the model's top tile shapes). Replays run in `jobs` processes."""
+    the model's top tile shapes), seeing each measure with `noise` (replay). Replays run in
+    `jobs` processes."""
     from concurrent.futures import ProcessPoolExecutor
 
     from tuner.model.predict import device_spec
@@ -335,7 +366,7 @@ def compare(recording: Recording, strategies: Sequence[Strategy], seeds: int, tr
         warm_start = model_configs(KERNELS[r.kernel], r.space, r.shape, spec,
                                    recording.device.smem_per_block)
         tasks += [(r, s, seed, trials, in_flight, ranking if s.sampler is None else warm_start,
-                   recording.device)
+                   recording.device, noise)
                   for s in strategies for seed in range(seeds if s.sampler else 1)]
     curves: dict[str, list[list[float]]] = {s.name: [] for s in strategies}
     with ProcessPoolExecutor(max(1, jobs)) as pool:

@@ -13,7 +13,11 @@ sampler's part of a study early (tuner.search.study); the tuner's replay of reco
   plausibly run. Once even the model's fastest config, at that factor, cannot beat the best
   measured device time by more than `NOISE_MARGIN`, nothing untried can: the study ends. It
   needs `MIN_CALIBRATION` samples, so the model's top configs are measured first.
-- Patience (`stalled`): `patience` trials in a row brought no gain above `IMPROVEMENT`.
+- Patience (`stalled`): `patience` trials in a row brought no gain (`gained`): a trial is
+  progress only where it beats the best so far by more than the noise of the two
+  measurements (tuner.execution.timing.is_tie: half the wider p20-p80 spread, at least
+  TIE_FLOOR). A flat threshold would let the noise of short kernels' timings pass for gains:
+  the best of many noisy samples creeps up trial after trial, and patience never runs out.
 - A warm start confirmed: a study that starts from the winners of keys next to it (a
   neighbour on the same device, the next M of a sweep) ends once those are measured.
 
@@ -27,7 +31,9 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-IMPROVEMENT = 0.005  # what counts as progress for `patience`: +0.5% of the objective
+from tuner.execution.timing import is_tie
+from tuner.objective import CallTime
+
 NOISE_MARGIN = 0.01  # a gain the bound still allows an untried config: device time noise
 MIN_CALIBRATION = 4  # measured configs the model's bound needs before it can end a study
 SPREAD_Z = 2.0  # how many spreads below the mean factor an untried config may fall
@@ -62,16 +68,28 @@ class Stop:
         return self.rule in (MODEL_BOUND, STUDY_BUDGET, RUN_BUDGET)
 
 
-def stalled(values: Iterable[float], patience: int | None) -> bool:
-    """True when the last `patience` of `values` (the objective of each attempted trial, in
-    order, higher is better) brought no gain above IMPROVEMENT; never without patience."""
+def gained(best: CallTime | None, new: CallTime) -> bool:
+    """Whether `new` is progress over `best` (the fastest so far, None before any): faster
+    by more than the noise of the two measurements."""
+    return best is None or new.p50_ms < best.p50_ms and not is_tie(best, new)
+
+
+def stalled(calls: Iterable[CallTime | None], patience: int | None) -> bool:
+    """True when the last `patience` of `calls` (each attempted trial's time per call by the
+    study's figure, in order; None for one that did not run) brought no gain; never without
+    patience. A faster call within the noise becomes the best without being progress, so
+    noise that creeps the best up does not reset the count."""
     if patience is None:
         return False
-    best, since = 0.0, 0
-    for value in values:
+    best, since = None, 0
+    for call in calls:
         since += 1
-        if value > best * (1 + IMPROVEMENT):
-            best, since = value, 0
+        if call is None:
+            continue
+        if gained(best, call):
+            since = 0
+        if best is None or call.p50_ms < best.p50_ms:
+            best = call
     return since >= patience
 
 
@@ -114,13 +132,13 @@ class ModelBound:
                                  f"{self.fastest_ms * factor:.4g} ms, best {best:.4g} ms")
 
 
-def search_stop(objectives: Sequence[float], device_ms: Sequence[tuple[Mapping, float]],
+def search_stop(calls: Sequence[CallTime | None], device_ms: Sequence[tuple[Mapping, float]],
                 patience: int | None, bound: ModelBound | None) -> Stop | None:
     """Why the sampler's part of a study ends now (the model's bound first, then patience),
-    or None: `objectives` are the attempted trials' values in order, `device_ms` the
-    (config, device ms) of those that ran."""
+    or None: `calls` are the attempted trials' times per call in order (as `stalled`
+    takes them), `device_ms` the (config, device ms) of those that ran."""
     if bound is not None and (why := bound.reason(device_ms)):
         return why
-    if stalled(objectives, patience):
-        return Stop(PATIENCE, f"{patience} trials in a row without a {IMPROVEMENT:.1%} gain")
+    if stalled(calls, patience):
+        return Stop(PATIENCE, f"{patience} trials in a row without a gain beyond the noise")
     return None

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
+from functools import partial
 
 import optuna
 from optuna.trial import TrialState
@@ -38,9 +39,19 @@ from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing, is_tie
 from tuner.kernels.base import Kernel, specialization
 from tuner.kernels.calls import meta_gemm
-from tuner.objective import EAGER, call_tflops, finalists, ranked
+from tuner.objective import (
+    EAGER,
+    GRAPH,
+    CallTime,
+    call_ms,
+    call_tflops,
+    call_time,
+    finalists,
+    ranked,
+)
 from tuner.search.budget import StudyBudget
 from tuner.search.samplers import make_sampler
+from tuner.search.screening import screened
 from tuner.search.stopping import (
     RUN_BUDGET,
     SPACE_SPENT,
@@ -157,13 +168,26 @@ class StudyRunner:
 
     def objective(self, row: Trial) -> float:
         """What the sampler maximises: TFLOP/s at the launch mode's time per call, 0 for a
-        config that cannot run."""
+        config that cannot run; for a screened one, at its short device time scaled by the
+        best's ratio of call to device time (tuner.search.screening)."""
+        launch = self.budget.launch
+        if row.status == TrialStatus.SCREENED and (best := self._fastest()) is not None:
+            per_call = call_ms(best, launch) / best.p50_ms
+            return self.shape.flops / (row.p50_ms * per_call * 1e-3) / 1e12
         if row.status != TrialStatus.OK:
             return CANNOT_RUN_TFLOPS
-        return call_tflops(self.shape.flops, row, self.budget.launch)
+        return call_tflops(self.shape.flops, row, launch)
 
-    def _attempted_objectives(self) -> list[float]:
-        return [self.objective(t) for t in sorted(self.stored.values(), key=lambda t: t.number)
+    def _fastest(self) -> Trial | None:
+        """The stored trial measured in full with the fastest kernel, if any."""
+        return min((t for t in self.stored.values() if call_time(t, GRAPH) is not None
+                    and call_time(t, self.budget.launch) is not None),
+                   key=lambda t: t.p50_ms, default=None)
+
+    def _attempted_calls(self) -> list[CallTime | None]:
+        """Each attempted trial's time per call by the launch mode's figure, in order."""
+        return [call_time(t, self.budget.launch)
+                for t in sorted(self.stored.values(), key=lambda t: t.number)
                 if t.status != TrialStatus.INFEASIBLE]
 
     def _opening(self) -> bool:
@@ -184,8 +208,8 @@ class StudyRunner:
             why = Stop(WARM_CONFIRMED, "the near keys' winners measured")
         else:
             ran = [(t.params, t.p50_ms) for t in self.stored.values()
-                   if t.status == TrialStatus.OK and t.p50_ms]
-            why = search_stop(self._attempted_objectives(), ran, self.budget.patience,
+                   if t.status in (TrialStatus.OK, TrialStatus.SCREENED) and t.p50_ms]
+            why = search_stop(self._attempted_calls(), ran, self.budget.patience,
                               self.bound)
         self.ended_by = why
         return why
@@ -321,12 +345,20 @@ class StudyRunner:
 
     def _measure(self, study: optuna.Study, pending: _Pending,
                  compiled: float | TrialResult) -> None:
-        """A compiled config checked and timed on this study's device; a failed one stored."""
+        """A compiled config checked and timed on this study's device; a failed one stored.
+        With early_stop, once the study has a best, by the short measure first and in full
+        only within its reach (tuner.search.screening)."""
         if isinstance(compiled, TrialResult):
             result = compiled
         else:
-            result = self.executor.measure(self.slot, self.shape, self.record.seed,
-                                           self.kernel.name, pending.params)
+            measure = partial(self.executor.measure, self.slot, self.shape, self.record.seed,
+                              self.kernel.name, pending.params)
+            result, best = None, self._fastest() if self.budget.early_stop else None
+            if best is not None:
+                short = measure(short=True)
+                result = short if short.status != TrialStatus.OK else screened(short, best)
+            if result is None:
+                result = measure()
             if self.executor.options.backend == "gpu":
                 result = replace(result, compile_s=compiled)
         self._tell(study, pending.trial, self._store(pending.params, result))

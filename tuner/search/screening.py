@@ -1,0 +1,37 @@
+"""Which configs earn the full measures: a short device measure first, the rest only in reach.
+
+A trial's full measures (device time over ~100 ms of samples, then ~30 ms of back-to-back
+eager calls) cost more than most configs are worth: most are far behind the best the study
+has. So, once a study has a best, each new config is first timed by one short device measure
+(tuner.execution.timing's SHORT_TIME_MS, the same method: cold L2, graphs for short kernels);
+only a config within `REACH` of the best device time, or tied with it within the noise of
+the two, is measured in full. The rest are stored as `screened` with their short figures:
+never a winner, a finalist or progress (tuner.objective reads only `ok` trials), and told to
+the sampler as what they would cost per call at the best's ratio of call to device time.
+
+REACH is DEVICE_SLACK: an eager winner's kernel must be within it of the fastest kernel
+anyway (tuner.objective), and a graph winner is its kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tuner.execution.measure import TrialResult
+from tuner.execution.timing import is_tie
+from tuner.objective import DEVICE_SLACK, GRAPH, call_time
+from tuner.statuses import TrialStatus
+
+REACH = DEVICE_SLACK
+
+
+def screened(short: TrialResult, best) -> TrialResult | None:
+    """The short measure's result stored as screened, where its device time is out of reach
+    of `best` (the study's fastest measured in full); None where the full measures are due
+    (within reach, or the short measure failed: a failure is stored as it is)."""
+    mine, theirs = call_time(short, GRAPH), call_time(best, GRAPH)
+    if mine is None or theirs is None or (mine.p50_ms <= theirs.p50_ms * (1 + REACH)
+                                          or is_tie(mine, theirs)):
+        return None
+    return replace(short, status=TrialStatus.SCREENED,
+                   reason=f"short measure {mine.p50_ms:.4g} ms, beyond {REACH:.0%} of the "
+                          f"best {theirs.p50_ms:.4g} ms")
