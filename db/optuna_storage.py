@@ -7,10 +7,13 @@ only read the database stay light.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import warnings
 
 import optuna
+from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
 from optuna.storages._rdb import models
 from optuna.trial import TrialState, create_trial
 from sqlalchemy import create_engine, event, inspect, text
@@ -59,7 +62,14 @@ class TunerStorage(optuna.storages.RDBStorage):
     def __getstate__(self):
         state = super().__getstate__()
         state.pop("_heartbeat", None)
+        state.pop("cached", None)
         return state
+
+    @functools.cached_property
+    def cached(self) -> OwnWritesCache:
+        """What this process's Optuna studies are given (Optuna would wrap an RDB storage in
+        its own cache, which re-reads what this process wrote: OwnWritesCache)."""
+        return OwnWritesCache(self)
 
     def __setstate__(self, state) -> None:
         super().__setstate__(state)
@@ -112,6 +122,103 @@ class TunerStorage(optuna.storages.RDBStorage):
     def _beat(self, trial_ids: list[int]) -> None:
         for trial_id in trial_ids:
             self.record_heartbeat(trial_id)
+
+
+class OwnWritesCache(_CachedStorage):
+    """Optuna's cache of the RDB storage, trusting this process's own writes.
+
+    Optuna's cache reads every unfinished trial of a study again on each read, since another
+    process may have changed it; TPE reads a study's trials for every parameter it samples,
+    so with a batch of configs in flight one ask cost tenths of a second on SQLite, more than
+    measuring a config. A study's trials are written only by the process holding its claim
+    (tuner.db.claims), so the trials this process created or popped from the queue are kept
+    up to date here as it writes them; after a study's first read, a read fetches only the
+    unfinished trials another process left (settled as the study starts), if any.
+    """
+
+    def __init__(self, backend: TunerStorage):
+        super().__init__(backend)
+        self._held: set[int] = set()  # unfinished trials this process created or popped
+        self._newest: dict[int, int] = {}  # per study, the highest trial id read or created
+
+    def create_new_trial(self, study_id, template_trial=None):
+        trial_id = super().create_new_trial(study_id, template_trial)
+        with self._lock:
+            self._newest[study_id] = max(self._newest.get(study_id, -1), trial_id)
+            if not self._studies[study_id].trials[self._number(trial_id)].state.is_finished():
+                self._held.add(trial_id)
+        return trial_id
+
+    def set_trial_param(self, trial_id, param_name, param_value_internal, distribution):
+        super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+        with self._lock:
+            if trial_id in self._held:
+                trial = self._cached(trial_id)
+                trial.params[param_name] = distribution.to_external_repr(param_value_internal)
+                trial.distributions[param_name] = distribution
+
+    def set_trial_state_values(self, trial_id, state, values=None):
+        changed = super().set_trial_state_values(trial_id, state, values)
+        if changed and (trial_id in self._held or state == TrialState.RUNNING):
+            self._reread(trial_id)  # popped from the queue (now held), or finished
+        return changed
+
+    def set_trial_user_attr(self, trial_id, key, value):
+        super().set_trial_user_attr(trial_id, key, value)
+        self._reread(trial_id)
+
+    def set_trial_system_attr(self, trial_id, key, value):
+        super().set_trial_system_attr(trial_id, key, value)
+        self._reread(trial_id)
+
+    def get_trial(self, trial_id):
+        with self._lock:
+            if trial_id in self._held:
+                return copy.deepcopy(self._cached(trial_id))
+        return super().get_trial(trial_id)
+
+    def _number(self, trial_id: int) -> int:
+        return self._trial_id_to_study_id_and_number[trial_id][1]
+
+    def _cached(self, trial_id: int):
+        study_id, number = self._trial_id_to_study_id_and_number[trial_id]
+        return self._studies[study_id].trials[number]
+
+    def _reread(self, trial_id: int) -> None:
+        """One trial read back after a write this cache does not apply itself."""
+        if trial_id not in self._trial_id_to_study_id_and_number:
+            return
+        trial = self._backend.get_trial(trial_id)
+        with self._lock:
+            study_id = self._trial_id_to_study_id_and_number[trial_id][0]
+            self._add_trials_to_cache(study_id, [trial])
+            study = self._studies[study_id]
+            if trial.state.is_finished():
+                self._held.discard(trial_id)
+                study.unfinished_trial_ids.discard(trial_id)
+            elif trial.state == TrialState.RUNNING and trial.system_attrs.get(
+                    OWNER_ATTR) == self._backend.owner:
+                self._held.add(trial_id)
+                study.unfinished_trial_ids.discard(trial_id)
+
+    def _read_trials_from_remote_storage(self, study_id: int) -> None:
+        with self._lock:
+            study = self._studies.setdefault(study_id, _StudyInfo())
+            others = study.unfinished_trial_ids - self._held
+            if study_id in self._newest and not others:
+                return  # read before, and every trial since is this process's
+            trials = self._backend._get_trials(
+                study_id, states=None, included_trial_ids=others,
+                trial_id_greater_than=self._newest.get(study_id, -1))
+            if not trials:
+                return
+            self._add_trials_to_cache(study_id, trials)
+            for trial in trials:
+                self._newest[study_id] = max(self._newest.get(study_id, -1), trial._trial_id)
+                if trial.state.is_finished():
+                    study.unfinished_trial_ids.discard(trial._trial_id)
+                elif trial._trial_id not in self._held:
+                    study.unfinished_trial_ids.add(trial._trial_id)
 
 
 def optuna_storage(url: str) -> TunerStorage:

@@ -32,7 +32,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.db.models import Device, KernelVersion, Run, Study, Trial
-from tuner.db.optuna_storage import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR
+from tuner.db.optuna_storage import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR, TunerStorage
 from tuner.db.store import Store, params_key
 from tuner.execution.executor import Executor
 from tuner.execution.measure import TrialResult
@@ -85,7 +85,7 @@ class StudyRecords:
     """Where a study keeps what it learns: our rows (`store`) and Optuna's (`storage`), for
     this run, device and kernel source, under the study's own row."""
     store: Store
-    storage: optuna.storages.BaseStorage
+    storage: TunerStorage
     run: Run
     device: Device
     kernel_row: KernelVersion
@@ -263,7 +263,7 @@ class StudyRunner:
             name = legacy
         except KeyError:
             pass
-        study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler,
+        study = optuna.create_study(study_name=name, storage=self.storage.cached, sampler=sampler,
                                     direction="maximize", load_if_exists=True)
         if STUDY_ID_ATTR not in study.user_attrs:  # a new study: what it tunes, for dashboards
             shape = self.shape
