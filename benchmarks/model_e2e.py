@@ -273,6 +273,10 @@ def contender(column: str, model: torch.nn.Module, step: Step, device: str) -> C
         # each sample would recompile.
         patched = copy.deepcopy(model)
         tuner.patch(patched, (device,))
+        # One eager step first, as for any CUDA graph (tuner.integration): the workspaces of
+        # split-K answers are then allocated outside Inductor's graph pool, whose warm-up
+        # refuses allocations that outlive a call.
+        step(patched)
         return max_autotune(patched, step)
     if column == "stock-graph":
         return Contender(graphed(stock, contextlib.nullcontext), contextlib.nullcontext)
