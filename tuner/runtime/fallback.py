@@ -340,8 +340,8 @@ def trusted_picker(op: str, device_name: str | None, variants: tuple[str, ...]
     except ImportError:
         return None
     space = builtin_spaces(kernel_variants()).get(op)
-    offered = tuple(name for name in variants if space is not None and name in space.params
-                    ["variant"])
+    in_space = space.params["variant"] if space is not None else ()
+    offered = tuple(name for name in variants if name in in_space)
     if not offered:
         return None
     kernel = KERNELS[op]
