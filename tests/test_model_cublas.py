@@ -4,6 +4,7 @@ import pytest
 
 from tuner.kernels.cublas_cost import (
     CUBLAS_DRAM_FRACTION,
+    CUBLAS_FEW_OUTPUTS_BYTES_PER_S,
     CUBLAS_MATMUL_FRACTION,
     CUBLAS_UNALIGNED_SLOWDOWN,
 )
@@ -64,3 +65,25 @@ def test_the_estimate_stays_near_the_measured_time(shape, tflops):
     0.73x), never far either way."""
     measured_ms = shape.flops / (tflops * 1e12) * 1e3
     assert 0.7 < model.predict_ms(shape, CUBLAS, H200) / measured_ms < 1.2
+
+
+@pytest.mark.parametrize("label", ["2x2x65536 fp32 nn", "4x4x131072 bf16 nn",
+                                   "3x5x65537 bf16 tn"])
+def test_a_few_outputs_read_their_operands_at_cublas_slow_rate(label):
+    """cuBLAS's kernels for a handful of outputs walk K in few programs: their bytes at
+    CUBLAS_FEW_OUTPUTS_BYTES_PER_S, far below the bandwidth."""
+    shape = Shape.from_label(label)
+    nbytes = (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N) * 2
+    nbytes *= 2 if shape.dtype == "fp32" else 1
+    assert model.predict_ms(shape, CUBLAS, H200) == pytest.approx(
+        nbytes / CUBLAS_FEW_OUTPUTS_BYTES_PER_S * 1e3 + FIXED_MS)
+
+
+@pytest.mark.parametrize("label", ["8x16x32768 fp16 nn", "1x2x65536 fp32 nn"])
+def test_more_outputs_or_a_single_row_keep_the_roofline(label):
+    shape = Shape.from_label(label)
+    nbytes = (shape.M * shape.K + shape.K * shape.N + shape.M * shape.N)
+    nbytes *= 4 if shape.dtype == "fp32" else 2
+    bandwidth = H200.dram_tbps * 1e12 * CUBLAS_DRAM_FRACTION
+    assert model.predict_ms(shape, CUBLAS, H200) == pytest.approx(
+        nbytes / bandwidth * 1e3 + FIXED_MS)

@@ -87,7 +87,7 @@ def test_the_policy_is_the_list_its_docstring_gives():
     runs, in their order; an expand file's ends as a table's does."""
     listed = re.findall(r"^\d\. `([a-z-]+)`:", policy.__doc__, re.M)
     assert tuple(listed) == policy.TABLE_POLICY.names == (
-        "table", "online", "nearest", "model", "cublas", "default")
+        "table", "online", "trusted", "nearest", "model", "cublas", "default")
     assert expand.EXPAND_POLICY.names == ("expand-online", "expand-model", "cublas", "default")
 
 
@@ -403,11 +403,12 @@ def test_a_neighbour_config_that_cannot_run_the_key_is_passed_over(tmp_path, mon
     assert dict(config) == padded and config.source == "nearest" and config.bucket[0] == 512
 
 
-@pytest.mark.parametrize("M, N, K", [(2048, 2046, 2048), (2, 2, 65536)])
+@pytest.mark.parametrize("M, N, K", [(2048, 2046, 2048), (2, 2, 4096)])
 def test_a_key_no_tuned_config_can_run_gets_cublas_not_the_default(tmp_path, M, N, K):
     """fp32 rows of 2046 or 2 floats (8184 or 8 bytes) are no 16-byte multiples: the only
     fp32 bucket's TMA tile cannot run them, and the default is far slower than cuBLAS there.
-    Without cuBLAS, nothing tuned can run the key, and the default answers."""
+    Without cuBLAS, nothing tuned can run the key, and the default answers (a K too short for
+    the trusted kreduce: tests/test_trusted_fallback.py has the long ones)."""
     path = write_table(tmp_path / "t.yaml", [(key(2048, N=2048, K=2048, dtype="fp32"),
                                               TMA_TILE)], dict.fromkeys(KEY_FIELDS, "default"))
     asked = key(M, N=N, K=K, dtype="fp32")

@@ -9,7 +9,8 @@ from types import MappingProxyType
 class TunedConfig(Mapping):
     """A config to launch, read-only (the runtime hands the same object to every call of a key),
     with where it came from: `source` names the step of the fallback policy that answered,
-    "table", "online", "nearest", "model", "cublas" or "default" (tuner.runtime.policy), or
+    "table", "online", "trusted", "nearest", "model", "cublas" or "default"
+    (tuner.runtime.policy), or
     from an expand file "expand-online" or "expand-model";
     `bucket` is the bucket key of the table entry it came from (None for the others)."""
 

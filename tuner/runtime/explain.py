@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.bucketing.strategies import KEY_FIELDS
 from tuner.runtime.exclude import excluded_variants
-from tuner.runtime.lookup import ENV_VAR, get_tuned_config_without
+from tuner.runtime.lookup import ENV_VAR, get_tuned_config_without, table_at
+
+if TYPE_CHECKING:
+    from tuner.shapes import Shape
 
 # What each policy step's answer means (tuner.runtime.policy, tuner.runtime.expand).
 STEP_MEANINGS = {
     "table": "the table's entry for the key's bucket (or its alternate, the variant excluded)",
     "online": "the winner of timing candidates on this key's bucket once, from the online "
               "cache (TUNE_ONLINE=1)",
+    "trusted": "the model's best config of a variant whose term is trusted for such keys "
+               "(tuner.model.regimes: kreduce for a few outputs along a long K), predicted "
+               "faster than cuBLAS; no tuned bucket near the key speaks for it",
     "nearest": "from the closest tuned buckets of this op and dtype, the model choosing",
     "model": "the model's pick among the table's configs (no entry of this dtype, or no "
              "neighbour can run the key)",
@@ -54,7 +62,20 @@ def explain(M: int, N: int, K: int, dtype: str, layout: str,
     if config.bucket is not None:
         lines.append("bucket: " + ", ".join(f"{field}={value}" for field, value
                                             in zip(KEY_FIELDS, config.bucket)))
+    if config.source == "trusted":  # the model's figures are the whole reason: show them
+        lines.append(_predictions(shape, config, table_at(table_path).device_name))
     if excluded:
         lines.append(f"excluded: {', '.join(sorted(excluded))} (TUNE_EXCLUDE)")
     lines += [f"warning: {warning.message}" for warning in caught]
     return lines
+
+
+def _predictions(shape: Shape, config: Mapping, device_name: str | None) -> str:
+    """The model's time for the config and for cuBLAS on the shape, for the table's device."""
+    from tuner.model.named_devices import named_spec
+    from tuner.model.predict import predicted_or_inf
+    from tuner.runtime.answer import CUBLAS_CONFIG
+
+    spec = named_spec(device_name)
+    ours, cublas = (predicted_or_inf(shape, c, spec) * 1e3 for c in (config, CUBLAS_CONFIG))
+    return f"model ({spec.name}): {ours:.1f} us, cuBLAS {cublas:.1f} us"

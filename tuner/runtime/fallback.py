@@ -1,9 +1,11 @@
 """The fallback policy's model-driven parts, for a key the table has no entry of: which
 neighbouring entries' configs may answer it (`nearest`), their variations that suit the key
 better (`variation_maker`), the model's choice among them calibrated by what the neighbours
-measured, or cuBLAS where the model predicts it clearly faster (`fastest_predicted`), and the
-model's own pick where no entry of the key's dtype exists (`model_picker`). `ModelParts` holds
-a table's, each built on first need; tuner.runtime.policy decides which to ask, in what order.
+measured, or cuBLAS where the model predicts it clearly faster (`fastest_predicted`), the
+model's own pick where no entry of the key's dtype exists (`model_picker`), and its pick of a
+variant whose term is trusted for the key where no tuning says otherwise (`trusted_picker`).
+`ModelParts` holds a table's, each built on first need; tuner.runtime.policy decides which to
+ask, in what order.
 
 The model, the kernels and torch are imported on first need: a table hit needs none of them.
 The constants are what benchmarks/fallback_pool.py, benchmarks/nearest_fallback.py,
@@ -318,17 +320,61 @@ def model_picker(op: str, configs: list[Mapping], device_name: str | None,
     return pick
 
 
+def trusted_picker(op: str, device_name: str | None, variants: tuple[str, ...]
+                   ) -> Callable[[Mapping], TunedConfig | None] | None:
+    """A function giving, for a raw key, the model's best config of the named variants (those
+    tuner.model.regimes trusts for the key) where it is predicted VARIATION_MARGIN faster than
+    cuBLAS, else None; None when the model cannot be imported or the op's space has none of
+    them.
+
+    The op's whole built-in space of those variants is ranked: no table narrows it, since
+    none measured the key's regime, and a variant such as kreduce has a few hundred configs.
+    Uncalibrated predictions on both sides: the regime is where they were checked against
+    measured times.
+    """
+    try:
+        from tuner.kernels import KERNELS, kernel_variants
+        from tuner.model.predict import predicted_or_inf, rank_configs
+        from tuner.space import builtin_spaces
+        spec = _named_spec(device_name)
+    except ImportError:
+        return None
+    space = builtin_spaces(kernel_variants()).get(op)
+    in_space = space.params["variant"] if space is not None else ()
+    offered = tuple(name for name in variants if name in in_space)
+    if not offered:
+        return None
+    kernel = KERNELS[op]
+    if not any(kernel.variant[name].takes_pad for name in offered):
+        space = space.narrowed(pad=(0,))  # every other pad is infeasible: not worth scoring
+    space = space.narrowed(variant=offered)
+
+    def pick(key: Mapping) -> TunedConfig | None:
+        shape = shape_of(key)
+        ranked = rank_configs(shape, space, kernel, spec, k=1)
+        if not ranked:
+            return None
+        ms, config = ranked[0]
+        bar = (1 - VARIATION_MARGIN) * predicted_or_inf(shape, CUBLAS_CONFIG, spec)
+        return TunedConfig(config, "trusted") if ms < bar else None
+
+    return pick
+
+
 class ModelParts:
     """What a table's fallback steps ask of the model and the kernels, each part built on
     first need and kept for the table's life: the model's choice among candidates
-    (`fastest`), their variations (per op) and the model's pick (per op and excluded
-    variants). A part whose imports fail is None, and the steps do without it."""
+    (`fastest`), their variations (per op), the model's pick (per op and excluded variants)
+    and its pick of trusted variants (per op and variants). A part whose imports fail is
+    None, and the steps do without it."""
 
     def __init__(self, device_name: str | None):
         self.device_name = device_name
         self._variation_makers: dict[str, Callable | None] = {}
         self._pickers: dict[tuple[str, frozenset[str]],
                             Callable[[Mapping], TunedConfig | None] | None] = {}
+        self._trusted_pickers: dict[tuple[str, tuple[str, ...]],
+                                    Callable[[Mapping], TunedConfig | None] | None] = {}
 
     @cached_property
     def fastest(self) -> Callable[..., TunedConfig] | None:
@@ -364,4 +410,13 @@ class ModelParts:
         if (op, excluded) not in self._pickers:
             self._pickers[op, excluded] = model_picker(op, configs, self.device_name, excluded)
         pick_for = self._pickers[op, excluded]
+        return pick_for(key) if pick_for is not None else None
+
+    def trusted(self, op: str, key: Mapping, variants: tuple[str, ...]) -> TunedConfig | None:
+        """The model's pick among the named variants' configs where predicted faster than
+        cuBLAS (trusted_picker), or None."""
+        if (op, variants) not in self._trusted_pickers:
+            self._trusted_pickers[op, variants] = trusted_picker(op, self.device_name,
+                                                                 variants)
+        pick_for = self._trusted_pickers[op, variants]
         return pick_for(key) if pick_for is not None else None

@@ -28,6 +28,7 @@ from tuner.runtime.exclude import checked_variant_names
 from tuner.runtime.policy import TABLE_POLICY, Question
 from tuner.runtime.runnable import installed_variants
 from tuner.runtime.source import TableSource
+from tuner.shapes import Shape
 from tuner.textfiles import quoted
 
 ENV_VAR = "TUNE_CONFIG"
@@ -76,6 +77,15 @@ class OpTable:
     def has_dtype(self, dtype: str) -> bool:
         """Whether the op has an entry of this dtype (else only the model's pick answers)."""
         return bool(self.neighbours.get(dtype))
+
+    def tuned_sizes(self, bucket: tuple) -> tuple[int, int, int]:
+        """M, N and K of the shape the bucket's entry was tuned on (the bucket's own where the
+        entry does not say)."""
+        measurement = self.measured.get(bucket)
+        if measurement is None:
+            return tuple(bucket[i] for i in _SIZE_FIELDS)
+        shape = Shape.from_label(measurement.tuned_shape)
+        return shape.M, shape.N, shape.K
 
     def nearest(self, key: Mapping[str, object], allowed: Callable[[Mapping], bool],
                 max_octaves: float = math.inf) -> list[TunedConfig]:
@@ -200,7 +210,7 @@ def get_tuned_config_without(variants: Iterable[str], op: str, *, M: int, N: int
     ("cublas",), the best Triton config for the key (a cuBLAS table entry gives way to its
     alternates and neighbours, and cuBLAS never answers). Memoised as get_tuned_config is;
     a function of its own, so that get_tuned_config's memoised path stays one dict lookup."""
-    table = _table_at(path)
+    table = table_at(path)
     if isinstance(variants, str) or not isinstance(variants, Iterable):
         raise TypeError(f"gemm-tuner: get_tuned_config_without's variants must be a collection "
                         f"of variant names, e.g. ('cublas',), got {quoted(variants)}")
@@ -242,7 +252,7 @@ def _checked(raw: tuple) -> tuple:
     return raw
 
 
-def _table_at(path: str | os.PathLike | None) -> TunedTable:
+def table_at(path: str | os.PathLike | None) -> TunedTable:
     """The loaded table at `path` (None: $TUNE_CONFIG's), as get_tuned_config finds it (which
     inlines this: a call costs more than its memoised lookup)."""
     if path is None:

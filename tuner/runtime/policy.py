@@ -11,19 +11,23 @@ step's name. Our table's policy (`TABLE_POLICY`):
    answer the next steps give, and the model's calibrated ranking of the closest buckets'
    configs, alternates and variations and of its own pick (TUNE_ONLINE_TOP_K of them),
    remembered in the cache (tuner.runtime.online: other processes and restarts time nothing).
-3. `nearest`: a config of the closest tuned buckets of the key's op and dtype (log2 of M, N
+3. `trusted`: for a key where tuner.model.regimes trusts a variant's term (kreduce: a few
+   outputs along a long K), the model's best config of it where predicted VARIATION_MARGIN
+   faster than cuBLAS, unless a tuned bucket near the key speaks for it: one that `nearest`
+   weighs (MAX_NEIGHBOUR_OCTAVES) offering such a variant, or tuned in the same regime.
+4. `nearest`: a config of the closest tuned buckets of the key's op and dtype (log2 of M, N
    and K; the NEAREST_BUCKETS closest within MAX_NEIGHBOUR_OCTAVES), an alternate of theirs,
    or a variation that suits the key better: the model's pick, calibrated by what they
    measured; a tile twice the key's M or N (past MIN_BLOCK) does not answer. cuBLAS where
    the closest was tuned to it; the next steps where the model predicts cuBLAS
    VARIATION_MARGIN faster. Only where cuBLAS cannot run the key (fp8 in another layout than
    torch._scaled_mm's), farther neighbours too.
-4. `model`: for a dtype the op has no entry of, the model's pick among the values the op's
+5. `model`: for a dtype the op has no entry of, the model's pick among the values the op's
    entries use, unless it predicts cuBLAS faster; likewise where nothing else but the
    default could run the key.
-5. `cublas`: torch's own GEMM, where no tuned config is to be trusted or the model predicts
+6. `cublas`: torch's own GEMM, where no tuned config is to be trusted or the model predicts
    cuBLAS faster, or the table has no entry of the op.
-6. `default`: DEFAULT_CONFIGS[op], where nothing above can run the key.
+7. `default`: DEFAULT_CONFIGS[op], where nothing above can run the key.
 
 Every step but `table` and `default` answers only with configs that can run the key, and none
 but `default` with an excluded variant. An expand file's policy (tuner.runtime.expand) is
@@ -38,6 +42,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from tuner.bucketing.strategies import bucket_key
+from tuner.model.regimes import TRUSTED_REGIMES, trusted_variants
 from tuner.runtime import fallback
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, DEFAULT_CONFIGS, TunedConfig
 from tuner.space import config_signature
@@ -116,6 +121,29 @@ def _table(question: Question) -> TunedConfig | None:
                  if question.allowed(alternate)), None)
 
 
+def _trusted(question: Question) -> TunedConfig | None:
+    """The model's pick of a variant whose term is trusted for the key, where predicted
+    faster than cuBLAS (fallback.trusted_picker), unless a tuned bucket near the key speaks
+    for it: one of those `nearest` weighs that offers such a variant (`nearest` then chooses
+    with their measurements) or was tuned in the same regime (its measurement, whatever it
+    chose, beats the model). Nearby buckets tuned elsewhere do not: cuBLAS's kernels and the
+    tiles' costs change at the regime's edge, which their measurements do not see."""
+    key = question.key
+    variants = trusted_variants(key["M"], key["N"], key["K"], question.excluded)
+    if not variants:
+        return None
+    table: TunedTable = question.source
+    entries = table.ops.get(question.op)
+    if entries is not None and entries.has_dtype(key["dtype"]):
+        near = entries.nearest(key, lambda config: True, fallback.MAX_NEIGHBOUR_OCTAVES)
+        if any(config["variant"] in variants
+               or any(TRUSTED_REGIMES[name](*entries.tuned_sizes(config.bucket))
+                      for name in variants) for config in near):
+            return None
+    pick = table.parts.trusted(question.op, key, variants)
+    return pick if pick is not None and question.allowed(pick) else None
+
+
 def _nearest(question: Question) -> TunedConfig | None:
     """The neighbours' answer for a key whose dtype the op has entries of.
 
@@ -176,7 +204,8 @@ def _model(question: Question) -> TunedConfig | None:
 
 
 # The answer of a key the table has no entry of, timing nothing.
-ZERO_SHOT = Policy((Step("nearest", _nearest), Step("model", _model), CUBLAS_STEP, DEFAULT_STEP))
+ZERO_SHOT = Policy((Step("trusted", _trusted), Step("nearest", _nearest), Step("model", _model),
+                    CUBLAS_STEP, DEFAULT_STEP))
 
 
 def _online(question: Question) -> TunedConfig | None:
