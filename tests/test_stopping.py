@@ -171,6 +171,62 @@ def test_a_study_where_a_tile_wins_is_not_ended_by_the_bound(world):
     assert outcome.best.params == best_tile
 
 
+WIDE = parse_space({"kernel": "mm", "params": {
+    "variant": ["general", "cublas"], "pad": [0], "BLOCK_M": [16, 32, 64, 128],
+    "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [32, 64, 128, 256], "GROUP_M": [1, 8],
+    "num_stages": [2, 3, 4], "num_warps": [2, 4, 8]}, "strategy": SPACE.strategy}, "test",
+                   {"mm": KERNELS["mm"].variant_params})
+
+
+def decode_ms(config) -> float:
+    """A memory-bound decode GEMM: two warps, BLOCK_K 32 and tall tiles cost 10-25% each;
+    the rest of the space is one plateau, its configs apart by less than the noise."""
+    if config["variant"] == "cublas":
+        return 1.6
+    jitter = 0.001 * (sum(v for v in config.values() if isinstance(v, int)) % 5)
+    return ((1 + 0.25 * (config["num_warps"] == 2)) * (1 + 0.10 * (config["BLOCK_K"] == 32))
+            * (1 + 0.15 * (config["BLOCK_M"] >= 64)) * (1 + jitter))
+
+
+class DecodeExecutor(CublasExecutor):
+    """decode_ms as device time and per eager call, each with a 1% p20-p80 spread."""
+
+    def __init__(self):
+        super().__init__(cublas_ms=decode_ms(CUBLAS))
+
+    def measure(self, slot, shape, seed, kernel_name, config, short=False):
+        (self.short if short else self.measured).append(config)
+        ms = decode_ms(config)
+        loop = {} if short else dict(host_us=10.0, loop_ms=ms, loop_p20_ms=ms * 0.995,
+                                     loop_p80_ms=ms * 1.005)
+        return TrialResult("ok", None, ms * 0.995, ms, ms * 1.005, 1.0, 1e-3, None, "x", **loop)
+
+    def retime(self, slot, shape, seed, kernel_name, configs, launch):
+        return [Timing(decode_ms(c) * 0.995, decode_ms(c), decode_ms(c) * 1.005, 30, "x")
+                for c in configs]
+
+
+@pytest.mark.slow
+def test_a_decode_study_whose_gains_come_early_ends_soon_after_them(world):
+    """The pattern of decode shapes: the warm start and the sampler's first configs bring
+    gains, then every config is on the plateau. Patience ends the search, the descent
+    measures only its own steps (the sampler is asked nothing more), and the study ends
+    far short of its 40 + 6 trials, on the plateau."""
+    tiles = [{"variant": "general", "pad": 0, "BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": k,
+              "GROUP_M": 1, "num_stages": 3, "num_warps": 2} for m, k in ((64, 32), (64, 64),
+                                                                          (32, 64))]
+    executor, in_descent = DecodeExecutor(), []
+    runner, _ = world.runner(executor, trials=40, space=WIDE, patience=8, polish=6, batch=16,
+                             launch=EAGER, warm_start=[CUBLAS, *tiles], early_stop=True,
+                             on_trial=lambda done, result: in_descent.append(
+                                 runner.polished > 0))
+    outcome = runner.run()
+    assert outcome.ended_by.startswith(PATIENCE) and runner.polished
+    assert in_descent.count(True) <= runner.polished  # the descent's steps, nothing more
+    assert runner.attempted <= 24
+    assert decode_ms(outcome.best.params) <= 1.005  # on the plateau
+
+
 @pytest.mark.slow
 def test_without_early_stop_the_bound_is_not_asked(world):
     executor = CublasExecutor(cublas_ms=tile_ms(TILES[-1]) / 2)

@@ -151,6 +151,9 @@ class StudyRunner:
         self.in_flight: dict[Future, _Pending] = {}
         self.asks = 0
         self.polished = 0  # trials granted to the descent from the best config so far
+        # The descent's steps enqueued and not yet asked: once the search has ended, the only
+        # configs asked (the sampler proposes nothing more).
+        self.queued = 0
         # The warm start's configs not asked of Optuna yet: with early_stop the sampler waits
         # until they are asked and measured (none for a resumed study, which enqueues none).
         self.unasked = {config_signature(c) for c in self.warm_start}
@@ -277,14 +280,17 @@ class StudyRunner:
         return study
 
     def _asking(self) -> bool:
-        """Whether the study still wants new configs (those in flight count as taken)."""
+        """Whether the study still wants new configs (those in flight count as taken): in
+        the descent, while steps it queued are unasked; before it, while no rule ended the
+        search."""
+        if self.polished:
+            return self.queued > 0 and self.keep_going() and not self._past_deadline()
         taken = len(self.in_flight)
         return (self.attempted + taken < self.trial_limit
                 and len(self.stored) + taken < self.space.size
                 and self.asks < self.trial_limit * ASKS_PER_TRIAL
                 and self.keep_going() and not self._opening()
-                and (self.polished > 0 and not self._past_deadline()
-                     or self.search_stop() is None))
+                and self.search_stop() is None)
 
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -309,23 +315,27 @@ class StudyRunner:
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
                  and self.kernel.feasible(c, self.meta_gemm, self.smem_limit) is None][:left]
-        for config in steps:  # asked before anything the sampler proposes
+        for config in steps:  # Optuna hands enqueued trials out first, in order
             study.enqueue_trial(config, skip_if_exists=False)
         self.polished += len(steps)
+        self.queued += len(steps)
         return bool(steps)
 
     def _ask(self, study: optuna.Study, known_failures: set[str]) -> None:
-        """Tops the configs in flight up to `batch`: each new, feasible config the sampler
-        proposes starts compiling; everything else is answered on the spot."""
+        """Tops the configs in flight up to `batch`: each new, feasible config asked starts
+        compiling; everything else is answered on the spot. In the descent only its queued
+        steps are asked: the search has ended, and the sampler's proposals past that point
+        would run the study on to its trial budget."""
         room = min(self.budget.batch - len(self.in_flight),
                    self.trial_limit - self.attempted - len(self.in_flight))
         for _ in range(max(room, 0) * ASKS_PER_TRIAL):
-            if room <= 0:
+            if room <= 0 or self.polished and not self.queued:
                 return
             if self._opening() or self._past_deadline():
                 return
             trial = study.ask()
             self.asks += 1
+            self.queued = max(self.queued - 1, 0)
             params = self.space.suggest(trial)
             signature = config_signature(params)
             self.unasked.discard(signature)
