@@ -17,7 +17,17 @@ from tuner.db.store import Store
 from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.kernels import KERNELS
-from tuner.objective import EAGER, GRAPH, CallTime, call_time, finalists, ranked
+from tuner.objective import (
+    CALL_NOISE,
+    DEVICE_SLACK,
+    EAGER,
+    GRAPH,
+    CallTime,
+    call_time,
+    contested,
+    finalists,
+    ranked,
+)
 from tuner.search.budget import StudyBudget
 from tuner.search.planning import plan_studies
 from tuner.search.replay import TUNE_RUN, TUNE_RUN_BEFORE, Recording, replay, with_library
@@ -265,8 +275,14 @@ class SweepExecutor(CublasExecutor):
     def device_info(self):
         return H100
 
+    def __init__(self, cublas_ms):
+        super().__init__(cublas_ms)
+        self.baselines = []
+
     def baseline(self, slot, shape, seed):
-        return Timing(0.99, 1.0, 1.01, 30, "x")
+        """A separate cuBLAS timing, not what the studies measured of the cuBLAS config."""
+        self.baselines.append(shape)
+        return Timing(1.98, 2.0, 2.02, 30, "x")
 
 
 class Quiet:
@@ -300,7 +316,8 @@ def sweep(folder, budget: StudyBudget, run_budget_s=None):
         studies = list(s.query(Study).order_by(Study.id))
     winners = [w.trial.params for w in store.winners()]
     return SimpleNamespace(summary=summary, studies=studies, winners=winners, reporter=reporter,
-                           trials=[len(store.trials_of(s)) for s in studies])
+                           trials=[len(store.trials_of(s)) for s in studies],
+                           baselines=executor.baselines)
 
 
 @pytest.mark.slow
@@ -313,6 +330,8 @@ def test_along_an_m_sweep_each_next_m_starts_from_the_last_winner_and_ends_once_
     assert [s.reason.split(":")[0] for s in warm.studies[1:]] == [WARM_CONFIRMED] * 3
     assert len(warm.winners) == 4 and all(w == warm.winners[0] for w in warm.winners)
     assert "(ended by warm start confirmed" in warm.reporter.done[512]
+    # Each study measured cuBLAS as a config: its baseline is that measure, not timed again.
+    assert not warm.baselines and all(s.baseline_ms == 1.0 for s in warm.studies)
     (tmp_path / "before").mkdir()
     before = sweep(tmp_path / "before", StudyBudget(8, None, 0, batch=8, patience=4,
                                                     polish=2))
@@ -455,3 +474,20 @@ def test_a_short_measure_out_of_reach_of_the_best_is_stored_screened_never_ranke
     assert far.status == TrialStatus.SCREENED and "short measure" in far.reason
     assert screened(TrialResult("wrong", "relative error 1"), best) is None
     assert ranked([far, best], GRAPH) == [best] and finalists([far], EAGER) == []
+
+
+def test_finalists_are_re_timed_only_where_their_trials_leave_the_winner_open():
+    """Another finalist within the noise between two trials of the fastest (CALL_NOISE per
+    eager call, DEVICE_SLACK of device time) calls for a re-timing side by side; beyond it,
+    or alone, the trials settle the winner."""
+    def trial(device_ms, loop_ms):
+        return TrialResult("ok", None, device_ms, device_ms, device_ms, 1.0, 1e-3, None, "x",
+                           loop_ms=loop_ms)
+    leader = trial(1.0, 1.0)
+    assert not contested([], EAGER) and not contested([leader], GRAPH)
+    near_call = trial(1.01, 1.0 + CALL_NOISE * 0.9)
+    far_call = trial(1.01, 1.0 + CALL_NOISE * 1.1)
+    assert contested(finalists([leader, near_call], EAGER), EAGER)
+    assert not contested(finalists([leader, far_call], EAGER), EAGER)
+    assert contested(finalists([leader, trial(1 + DEVICE_SLACK * 0.9, 9.0)], GRAPH), GRAPH)
+    assert not contested(finalists([leader, trial(1 + DEVICE_SLACK * 1.1, 1.0)], GRAPH), GRAPH)

@@ -14,7 +14,8 @@ that those rules can judge it), or once its time budget is spent. Then up to `po
 descend from the best config, one parameter a step (its runnable neighbours not yet measured,
 round after round while the best moves): TPE spreads its trials over the whole space, and the
 best config's GROUP_M or BLOCK_K one value away can be faster still. At the
-end the top configs are re-timed side by side, and the winner is the best of that re-timing.
+end the top configs, where their trials left them within the noise between trials of each
+other, are re-timed side by side, and the winner is the best of that re-timing.
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -46,6 +47,7 @@ from tuner.objective import (
     call_ms,
     call_tflops,
     call_time,
+    contested,
     finalists,
     ranked,
 )
@@ -62,6 +64,7 @@ from tuner.search.stopping import (
     Stop,
     search_stop,
 )
+from tuner.search.warmstart import library_variants
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
 from tuner.statuses import TrialStatus
@@ -78,6 +81,9 @@ class StudyOutcome:
     final: Timing | None = None
     tied: tuple[int, ...] = ()
     ended_by: str | None = None  # why the search ended (tuner.search.stopping), for Study.reason
+    # The library call's (cuBLAS's) device time where the study measured it in full: the
+    # baseline a finished study keeps, taken already on the same inputs by the same method.
+    library_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -407,7 +413,13 @@ class StudyRunner:
                         self._drop_in_flight(study)
         if not self.keep_going():
             return StudyOutcome(None)
-        return replace(self._final(), ended_by=self._ended_by())
+        return replace(self._final(), ended_by=self._ended_by(), library_ms=self._library_ms())
+
+    def _library_ms(self) -> float | None:
+        """The device time of the library call (cuBLAS) measured in full, if the study did."""
+        library = library_variants(self.kernel)
+        return min((t.p50_ms for t in self.stored.values() if t.status == TrialStatus.OK
+                    and t.params["variant"] in library and t.p50_ms is not None), default=None)
 
     def _dropping(self) -> bool:
         """Whether the configs in flight go unmeasured: past the deadline always; before
@@ -429,12 +441,13 @@ class StudyRunner:
         return f"{why}; then {self.polished} polish steps" if self.polished else str(why)
 
     def _final(self) -> StudyOutcome:
-        """Re-time the top configs interleaved, by the launch mode's own measure (for eager,
-        back-to-back calls again, not device time: a config's host path is part of what won
-        it its place); among ties, prefer (eager) the faster kernel, then fewer resources."""
+        """Re-time the top configs interleaved where their trials leave the winner open
+        (tuner.objective.contested), by the launch mode's own measure (for eager, back-to-back
+        calls again, not device time: a config's host path is part of what won it its
+        place); among ties, prefer (eager) the faster kernel, then fewer resources."""
         launch = self.budget.launch
         ok = finalists(self.stored.values(), launch)  # the study's best so far leads
-        if len(ok) < 2:
+        if not contested(ok, launch):
             return StudyOutcome(ok[0] if ok else None)
         timings = self.executor.retime(self.slot, self.shape, self.record.seed, self.kernel.name,
                                        [t.params for t in ok], launch)
