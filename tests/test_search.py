@@ -148,14 +148,16 @@ def test_polish_descends_from_the_best_config_one_parameter_at_a_time(world, pol
 def test_the_launch_mode_decides_what_the_study_optimises(world, launch, winner_block_k):
     """Every config of the space measured: device time alone crowns the fastest kernel
     (BLOCK_K 64); eager calls pay its slow host path, so the best BLOCK_K 32 tile wins, its
-    kernel within DEVICE_SLACK of the fastest. The sampler is told, and the top 3 re-timed,
-    by the mode's figure."""
+    kernel within DEVICE_SLACK of the fastest. The sampler is told by the mode's figure, and
+    the top 3 re-timed by it where their trials leave the winner open: by device time the
+    two BLOCK_K tiles are 3% apart; per eager call the slow host path puts BLOCK_K 64 17%
+    behind, beyond CALL_NOISE, and the trials settle it."""
     executor = ScriptedExecutor()
     runner, record = world.runner(executor, trials=SPACE.size, launch=launch)
     outcome = runner.run()
     assert outcome.best.params["BLOCK_M"] == outcome.best.params["BLOCK_N"] == 128
     assert outcome.best.params["BLOCK_K"] == winner_block_k
-    assert executor.retimed_by == [launch]
+    assert executor.retimed_by == ([GRAPH] if launch == GRAPH else [])
     trials = world.store.trials_of(record)
     assert all(t.loop_ms is not None and t.host_us == 10.0 for t in trials if t.status == "ok")
     told, objective = told_and_objective(world.url, record, trials, launch)
@@ -188,6 +190,7 @@ def test_eager_calls_the_host_paces_go_to_the_fastest_kernel(world):
     measured = [t for t in runner.stored.values() if t.status == "ok"]
     assert outcome.best.p50_ms == min(t.p50_ms for t in measured)
     assert min(t.loop_ms for t in measured) < outcome.best.loop_ms  # not the loop's pick
+    assert len(executor.retimed) == 1  # calls within CALL_NOISE: re-timed side by side
 
 
 @pytest.mark.slow

@@ -17,7 +17,17 @@ from tuner.db.store import Store
 from tuner.execution.measure import TrialResult
 from tuner.execution.timing import Timing
 from tuner.kernels import KERNELS
-from tuner.objective import EAGER, GRAPH, CallTime, call_time, finalists, ranked
+from tuner.objective import (
+    CALL_NOISE,
+    DEVICE_SLACK,
+    EAGER,
+    GRAPH,
+    CallTime,
+    call_time,
+    contested,
+    finalists,
+    ranked,
+)
 from tuner.search.budget import StudyBudget
 from tuner.search.planning import plan_studies
 from tuner.search.replay import TUNE_RUN, TUNE_RUN_BEFORE, Recording, replay, with_library
@@ -171,6 +181,62 @@ def test_a_study_where_a_tile_wins_is_not_ended_by_the_bound(world):
     assert outcome.best.params == best_tile
 
 
+WIDE = parse_space({"kernel": "mm", "params": {
+    "variant": ["general", "cublas"], "pad": [0], "BLOCK_M": [16, 32, 64, 128],
+    "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [32, 64, 128, 256], "GROUP_M": [1, 8],
+    "num_stages": [2, 3, 4], "num_warps": [2, 4, 8]}, "strategy": SPACE.strategy}, "test",
+                   {"mm": KERNELS["mm"].variant_params})
+
+
+def decode_ms(config) -> float:
+    """A memory-bound decode GEMM: two warps, BLOCK_K 32 and tall tiles cost 10-25% each;
+    the rest of the space is one plateau, its configs apart by less than the noise."""
+    if config["variant"] == "cublas":
+        return 1.6
+    jitter = 0.001 * (sum(v for v in config.values() if isinstance(v, int)) % 5)
+    return ((1 + 0.25 * (config["num_warps"] == 2)) * (1 + 0.10 * (config["BLOCK_K"] == 32))
+            * (1 + 0.15 * (config["BLOCK_M"] >= 64)) * (1 + jitter))
+
+
+class DecodeExecutor(CublasExecutor):
+    """decode_ms as device time and per eager call, each with a 1% p20-p80 spread."""
+
+    def __init__(self):
+        super().__init__(cublas_ms=decode_ms(CUBLAS))
+
+    def measure(self, slot, shape, seed, kernel_name, config, short=False):
+        (self.short if short else self.measured).append(config)
+        ms = decode_ms(config)
+        loop = {} if short else dict(host_us=10.0, loop_ms=ms, loop_p20_ms=ms * 0.995,
+                                     loop_p80_ms=ms * 1.005)
+        return TrialResult("ok", None, ms * 0.995, ms, ms * 1.005, 1.0, 1e-3, None, "x", **loop)
+
+    def retime(self, slot, shape, seed, kernel_name, configs, launch):
+        return [Timing(decode_ms(c) * 0.995, decode_ms(c), decode_ms(c) * 1.005, 30, "x")
+                for c in configs]
+
+
+@pytest.mark.slow
+def test_a_decode_study_whose_gains_come_early_ends_soon_after_them(world):
+    """The pattern of decode shapes: the warm start and the sampler's first configs bring
+    gains, then every config is on the plateau. Patience ends the search, the descent
+    measures only its own steps (the sampler is asked nothing more), and the study ends
+    far short of its 40 + 6 trials, on the plateau."""
+    tiles = [{"variant": "general", "pad": 0, "BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": k,
+              "GROUP_M": 1, "num_stages": 3, "num_warps": 2} for m, k in ((64, 32), (64, 64),
+                                                                          (32, 64))]
+    executor, in_descent = DecodeExecutor(), []
+    runner, _ = world.runner(executor, trials=40, space=WIDE, patience=8, polish=6, batch=16,
+                             launch=EAGER, warm_start=[CUBLAS, *tiles], early_stop=True,
+                             on_trial=lambda done, result: in_descent.append(
+                                 runner.polished > 0))
+    outcome = runner.run()
+    assert outcome.ended_by.startswith(PATIENCE) and runner.polished
+    assert in_descent.count(True) <= runner.polished  # the descent's steps, nothing more
+    assert runner.attempted <= 24
+    assert decode_ms(outcome.best.params) <= 1.005  # on the plateau
+
+
 @pytest.mark.slow
 def test_without_early_stop_the_bound_is_not_asked(world):
     executor = CublasExecutor(cublas_ms=tile_ms(TILES[-1]) / 2)
@@ -209,8 +275,14 @@ class SweepExecutor(CublasExecutor):
     def device_info(self):
         return H100
 
+    def __init__(self, cublas_ms):
+        super().__init__(cublas_ms)
+        self.baselines = []
+
     def baseline(self, slot, shape, seed):
-        return Timing(0.99, 1.0, 1.01, 30, "x")
+        """A separate cuBLAS timing, not what the studies measured of the cuBLAS config."""
+        self.baselines.append(shape)
+        return Timing(1.98, 2.0, 2.02, 30, "x")
 
 
 class Quiet:
@@ -244,7 +316,8 @@ def sweep(folder, budget: StudyBudget, run_budget_s=None):
         studies = list(s.query(Study).order_by(Study.id))
     winners = [w.trial.params for w in store.winners()]
     return SimpleNamespace(summary=summary, studies=studies, winners=winners, reporter=reporter,
-                           trials=[len(store.trials_of(s)) for s in studies])
+                           trials=[len(store.trials_of(s)) for s in studies],
+                           baselines=executor.baselines)
 
 
 @pytest.mark.slow
@@ -257,6 +330,8 @@ def test_along_an_m_sweep_each_next_m_starts_from_the_last_winner_and_ends_once_
     assert [s.reason.split(":")[0] for s in warm.studies[1:]] == [WARM_CONFIRMED] * 3
     assert len(warm.winners) == 4 and all(w == warm.winners[0] for w in warm.winners)
     assert "(ended by warm start confirmed" in warm.reporter.done[512]
+    # Each study measured cuBLAS as a config: its baseline is that measure, not timed again.
+    assert not warm.baselines and all(s.baseline_ms == 1.0 for s in warm.studies)
     (tmp_path / "before").mkdir()
     before = sweep(tmp_path / "before", StudyBudget(8, None, 0, batch=8, patience=4,
                                                     polish=2))
@@ -399,3 +474,20 @@ def test_a_short_measure_out_of_reach_of_the_best_is_stored_screened_never_ranke
     assert far.status == TrialStatus.SCREENED and "short measure" in far.reason
     assert screened(TrialResult("wrong", "relative error 1"), best) is None
     assert ranked([far, best], GRAPH) == [best] and finalists([far], EAGER) == []
+
+
+def test_finalists_are_re_timed_only_where_their_trials_leave_the_winner_open():
+    """Another finalist within the noise between two trials of the fastest (CALL_NOISE per
+    eager call, DEVICE_SLACK of device time) calls for a re-timing side by side; beyond it,
+    or alone, the trials settle the winner."""
+    def trial(device_ms, loop_ms):
+        return TrialResult("ok", None, device_ms, device_ms, device_ms, 1.0, 1e-3, None, "x",
+                           loop_ms=loop_ms)
+    leader = trial(1.0, 1.0)
+    assert not contested([], EAGER) and not contested([leader], GRAPH)
+    near_call = trial(1.01, 1.0 + CALL_NOISE * 0.9)
+    far_call = trial(1.01, 1.0 + CALL_NOISE * 1.1)
+    assert contested(finalists([leader, near_call], EAGER), EAGER)
+    assert not contested(finalists([leader, far_call], EAGER), EAGER)
+    assert contested(finalists([leader, trial(1 + DEVICE_SLACK * 0.9, 9.0)], GRAPH), GRAPH)
+    assert not contested(finalists([leader, trial(1 + DEVICE_SLACK * 1.1, 1.0)], GRAPH), GRAPH)

@@ -97,6 +97,20 @@ def ranked(measured: Iterable, launch: str) -> list:
     return sorted(eligible(timed, launch), key=lambda m: call_ms(m, launch))
 
 
+# How far apart two trials' measures of one config may fall, by each mode's figure: beyond
+# it, the order of two configs measured in separate trials is settled without re-timing.
+BETWEEN_TRIALS = {EAGER: CALL_NOISE, GRAPH: DEVICE_SLACK}
+
+
+def contested(finalists: list, launch: str) -> bool:
+    """Whether a side-by-side re-timing of `finalists` (as `finalists` gives them) can change
+    the winner: another finalist's call is within BETWEEN_TRIALS of the fastest one's. Further
+    apart, the order the trials measured stands, and a re-timing would cost each a device
+    measure for nothing (a warm start's winner and cuBLAS, most often)."""
+    times = sorted(call_ms(m, launch) for m in finalists)
+    return len(times) > 1 and times[1] <= times[0] * (1 + BETWEEN_TRIALS[launch])
+
+
 def finalists(measured: Iterable, launch: str, top: int = FINALISTS) -> list:
     """The `top` records a final side-by-side re-timing compares, among those `launch` may
     choose (ranked): the fastest by the mode's figure; for eager, first the fastest on the

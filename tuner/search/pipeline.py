@@ -234,8 +234,10 @@ class TuneJob:
             self.summary.failed.append(plan.label)
             self.reporter.key_done(plan, "no config ran correctly")
             return
-        baseline = self.executor.baseline(slot, plan.shape, record.seed)
-        baseline_ms = baseline.p50_ms if baseline else None
+        baseline_ms = outcome.library_ms  # cuBLAS measured as a config: not timed again
+        if baseline_ms is None:
+            baseline = self.executor.baseline(slot, plan.shape, record.seed)
+            baseline_ms = baseline.p50_ms if baseline else None
         self.store.finish_study(record, best, baseline_ms, outcome.ended_by,
                                 final=outcome.final, tied_trial_ids=outcome.tied)
         self.summary.tuned.append(plan.label)

@@ -14,7 +14,8 @@ that those rules can judge it), or once its time budget is spent. Then up to `po
 descend from the best config, one parameter a step (its runnable neighbours not yet measured,
 round after round while the best moves): TPE spreads its trials over the whole space, and the
 best config's GROUP_M or BLOCK_K one value away can be faster still. At the
-end the top configs are re-timed side by side, and the winner is the best of that re-timing.
+end the top configs, where their trials left them within the noise between trials of each
+other, are re-timed side by side, and the winner is the best of that re-timing.
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -46,6 +47,7 @@ from tuner.objective import (
     call_ms,
     call_tflops,
     call_time,
+    contested,
     finalists,
     ranked,
 )
@@ -62,6 +64,7 @@ from tuner.search.stopping import (
     Stop,
     search_stop,
 )
+from tuner.search.warmstart import library_variants
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
 from tuner.statuses import TrialStatus
@@ -78,6 +81,9 @@ class StudyOutcome:
     final: Timing | None = None
     tied: tuple[int, ...] = ()
     ended_by: str | None = None  # why the search ended (tuner.search.stopping), for Study.reason
+    # The library call's (cuBLAS's) device time where the study measured it in full: the
+    # baseline a finished study keeps, taken already on the same inputs by the same method.
+    library_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,9 @@ class StudyRunner:
         self.in_flight: dict[Future, _Pending] = {}
         self.asks = 0
         self.polished = 0  # trials granted to the descent from the best config so far
+        # The descent's steps enqueued and not yet asked: once the search has ended, the only
+        # configs asked (the sampler proposes nothing more).
+        self.queued = 0
         # The warm start's configs not asked of Optuna yet: with early_stop the sampler waits
         # until they are asked and measured (none for a resumed study, which enqueues none).
         self.unasked = {config_signature(c) for c in self.warm_start}
@@ -277,14 +286,17 @@ class StudyRunner:
         return study
 
     def _asking(self) -> bool:
-        """Whether the study still wants new configs (those in flight count as taken)."""
+        """Whether the study still wants new configs (those in flight count as taken): in
+        the descent, while steps it queued are unasked; before it, while no rule ended the
+        search."""
+        if self.polished:
+            return self.queued > 0 and self.keep_going() and not self._past_deadline()
         taken = len(self.in_flight)
         return (self.attempted + taken < self.trial_limit
                 and len(self.stored) + taken < self.space.size
                 and self.asks < self.trial_limit * ASKS_PER_TRIAL
                 and self.keep_going() and not self._opening()
-                and (self.polished > 0 and not self._past_deadline()
-                     or self.search_stop() is None))
+                and self.search_stop() is None)
 
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -309,23 +321,27 @@ class StudyRunner:
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
                  and self.kernel.feasible(c, self.meta_gemm, self.smem_limit) is None][:left]
-        for config in steps:  # asked before anything the sampler proposes
+        for config in steps:  # Optuna hands enqueued trials out first, in order
             study.enqueue_trial(config, skip_if_exists=False)
         self.polished += len(steps)
+        self.queued += len(steps)
         return bool(steps)
 
     def _ask(self, study: optuna.Study, known_failures: set[str]) -> None:
-        """Tops the configs in flight up to `batch`: each new, feasible config the sampler
-        proposes starts compiling; everything else is answered on the spot."""
+        """Tops the configs in flight up to `batch`: each new, feasible config asked starts
+        compiling; everything else is answered on the spot. In the descent only its queued
+        steps are asked: the search has ended, and the sampler's proposals past that point
+        would run the study on to its trial budget."""
         room = min(self.budget.batch - len(self.in_flight),
                    self.trial_limit - self.attempted - len(self.in_flight))
         for _ in range(max(room, 0) * ASKS_PER_TRIAL):
-            if room <= 0:
+            if room <= 0 or self.polished and not self.queued:
                 return
             if self._opening() or self._past_deadline():
                 return
             trial = study.ask()
             self.asks += 1
+            self.queued = max(self.queued - 1, 0)
             params = self.space.suggest(trial)
             signature = config_signature(params)
             self.unasked.discard(signature)
@@ -397,7 +413,13 @@ class StudyRunner:
                         self._drop_in_flight(study)
         if not self.keep_going():
             return StudyOutcome(None)
-        return replace(self._final(), ended_by=self._ended_by())
+        return replace(self._final(), ended_by=self._ended_by(), library_ms=self._library_ms())
+
+    def _library_ms(self) -> float | None:
+        """The device time of the library call (cuBLAS) measured in full, if the study did."""
+        library = library_variants(self.kernel)
+        return min((t.p50_ms for t in self.stored.values() if t.status == TrialStatus.OK
+                    and t.params["variant"] in library and t.p50_ms is not None), default=None)
 
     def _dropping(self) -> bool:
         """Whether the configs in flight go unmeasured: past the deadline always; before
@@ -419,12 +441,13 @@ class StudyRunner:
         return f"{why}; then {self.polished} polish steps" if self.polished else str(why)
 
     def _final(self) -> StudyOutcome:
-        """Re-time the top configs interleaved, by the launch mode's own measure (for eager,
-        back-to-back calls again, not device time: a config's host path is part of what won
-        it its place); among ties, prefer (eager) the faster kernel, then fewer resources."""
+        """Re-time the top configs interleaved where their trials leave the winner open
+        (tuner.objective.contested), by the launch mode's own measure (for eager, back-to-back
+        calls again, not device time: a config's host path is part of what won it its
+        place); among ties, prefer (eager) the faster kernel, then fewer resources."""
         launch = self.budget.launch
         ok = finalists(self.stored.values(), launch)  # the study's best so far leads
-        if len(ok) < 2:
+        if not contested(ok, launch):
             return StudyOutcome(ok[0] if ok else None)
         timings = self.executor.retime(self.slot, self.shape, self.record.seed, self.kernel.name,
                                        [t.params for t in ok], launch)
