@@ -74,11 +74,15 @@ def entries(hooks, monkeypatch) -> Counter:
             return counted
         monkeypatch.setattr(integration, "_python_hook", counting_hook)
         return counts
+    def counting_route(op):
+        route = getattr(routing.Routes, op)
+
+        def counted(self, *args):
+            counts[op] += 1
+            return route(self, *args)
+        return counted
     for op in integration.HOOKED_OPS:
-        def counted(self, *args, _route=getattr(routing.Routes, op), _op=op):
-            counts[_op] += 1
-            return _route(self, *args)
-        monkeypatch.setattr(routing.Routes, op, counted)
+        monkeypatch.setattr(routing.Routes, op, counting_route(op))
     return counts
 
 
