@@ -146,6 +146,19 @@ def test_clear_cache_forgets_the_compiled_signatures():
     assert fastpath._module.size() == 0
 
 
+def test_ever_new_shapes_are_remembered_up_to_the_bound(monkeypatch):
+    """A caller whose every call has a new shape (serving's every M, a fuzzer) keeps at most
+    MAX_SIGNATURES plans and compiled signatures: past it, all are forgotten and decided
+    again, and the answers stay right."""
+    monkeypatch.setattr(fastpath, "MAX_SIGNATURES", 4)
+    b = torch.randn(16, 6)
+    for m in range(1, 12):
+        a = torch.randn(m, 16)
+        torch.testing.assert_close(tuner.matmul(a, b), a @ b)
+        assert len(dispatch._CALLS) <= 4 and fastpath._module.size() <= 4
+    assert len(dispatch._MATMUL_REPEATS) <= 4
+
+
 def test_torch_compile_traces_the_python_function():
     weight = torch.randn(8, 16)
     compiled = torch.compile(lambda x: tuner.linear(x, weight).relu(), fullgraph=True,

@@ -190,6 +190,21 @@ def test_a_call_not_taken_enters_python_once_per_signature(call, hooks, entries,
     assert calls == {}
 
 
+def test_the_hooks_remember_routes_up_to_the_bound(calls, hooks, monkeypatch):
+    """Calls the tuner does not take, each of a new shape, leave at most MAX_SIGNATURES
+    routes remembered, and still run torch's kernel."""
+    if hooks == "python":
+        pytest.skip("the Python hooks remember nothing")
+    monkeypatch.setattr(fastpath, "MAX_SIGNATURES", 4)
+    b = torch.randn(16, 6, dtype=torch.float64)
+    tuner.enable(CPU)
+    for m in range(1, 12):
+        a = torch.randn(m, 16, dtype=torch.float64)
+        assert torch.equal(a @ b, torch.mm(a, b))
+        assert fastpath._module.routes_size() <= 4
+    assert calls == {}
+
+
 def test_remembered_routes_are_forgotten_with_the_plans_and_on_enable(
         cublas_answers, calls, hooks, entries, monkeypatch):
     """A new table or $TUNE_EXCLUDE (dispatch.clear_cache), enabling or disabling, and a TF32

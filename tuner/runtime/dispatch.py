@@ -103,8 +103,19 @@ def _call(gemm: Gemm) -> _Call:
     key = _call_key(gemm)
     call = _CALLS.get(key)
     if call is None:
+        if len(_CALLS) >= fastpath.MAX_SIGNATURES:
+            _forget_calls()
         call = _CALLS[key] = _Call(*_decide(gemm))
     return call
+
+
+def _forget_calls() -> None:
+    """Forget every call's plan and how its repeats run (the compiled front's too); the
+    tables stay loaded."""
+    _CALLS.clear()
+    _LINEAR_REPEATS.clear()
+    _MATMUL_REPEATS.clear()
+    fastpath.clear()
 
 
 def clear_cache() -> None:
@@ -113,10 +124,7 @@ def clear_cache() -> None:
     $TUNE_EXCLUDE is read again on the next call."""
     global _excluded
     _excluded = None
-    _CALLS.clear()
-    _LINEAR_REPEATS.clear()
-    _MATMUL_REPEATS.clear()
-    fastpath.clear()
+    _forget_calls()
     lookup.clear_cache()
 
 
@@ -359,6 +367,8 @@ def _remember(name: str, signature: tuple, call: _Call | None, out: torch.Tensor
     repeats = _LINEAR_REPEATS if name == "linear" else _MATMUL_REPEATS
     if signature in repeats:
         return
+    if len(repeats) >= fastpath.MAX_SIGNATURES:
+        _forget_calls()
     repeat = None if call is None else call.prepared.repeated(out)
     if repeat is not None and repeat.reads_recorded_views and not same_addresses:
         repeat = None
