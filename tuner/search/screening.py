@@ -2,8 +2,9 @@
 
 A trial's full measures (device time over ~100 ms of samples, then ~30 ms of back-to-back
 eager calls) cost more than most configs are worth: most are far behind the best the study
-has. So, once a study has a best, each new config is first timed by one short device measure
-(tuner.execution.timing's SHORT_TIME_MS, the same method: cold L2, graphs for short kernels);
+has. So, on a GPU, once a study has a best, each new config is first timed by one short
+device measure (tuner.execution.timing's SHORT_TIME_MS, the same method: cold L2, graphs for
+short kernels);
 only a config within `REACH` of the best device time, or tied with it within the noise of
 the two, is measured in full. The rest are stored as `screened` with their short figures:
 never a winner, a finalist or progress (tuner.objective reads only `ok` trials), and told to

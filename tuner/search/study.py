@@ -362,20 +362,22 @@ class StudyRunner:
     def _measure(self, study: optuna.Study, pending: _Pending,
                  compiled: float | TrialResult) -> None:
         """A compiled config checked and timed on this study's device; a failed one stored.
-        With early_stop, once the study has a best, by the short measure first and in full
-        only within its reach (tuner.search.screening)."""
+        On a GPU with early_stop, once the study has a best, by the short measure first and
+        in full only within its reach (tuner.search.screening): it saves device time, and the
+        interpreter's wall-clock figures are too noisy to screen by."""
         if isinstance(compiled, TrialResult):
             result = compiled
         else:
+            gpu = self.executor.options.backend == "gpu"
             measure = partial(self.executor.measure, self.slot, self.shape, self.record.seed,
                               self.kernel.name, pending.params)
-            result, best = None, self._fastest() if self.budget.early_stop else None
+            result, best = None, self._fastest() if self.budget.early_stop and gpu else None
             if best is not None:
                 short = measure(short=True)
                 result = short if short.status != TrialStatus.OK else screened(short, best)
             if result is None:
                 result = measure()
-            if self.executor.options.backend == "gpu":
+            if gpu:
                 result = replace(result, compile_s=compiled)
         self._tell(study, pending.trial, self._store(pending.params, result))
 
