@@ -145,7 +145,7 @@ class OwnWritesCache(_CachedStorage):
         trial_id = super().create_new_trial(study_id, template_trial)
         with self._lock:
             self._newest[study_id] = max(self._newest.get(study_id, -1), trial_id)
-            if not self._studies[study_id].trials[self._number(trial_id)].state.is_finished():
+            if not self._cached(trial_id).state.is_finished():
                 self._held.add(trial_id)
         return trial_id
 
@@ -176,9 +176,6 @@ class OwnWritesCache(_CachedStorage):
             if trial_id in self._held:
                 return copy.deepcopy(self._cached(trial_id))
         return super().get_trial(trial_id)
-
-    def _number(self, trial_id: int) -> int:
-        return self._trial_id_to_study_id_and_number[trial_id][1]
 
     def _cached(self, trial_id: int):
         study_id, number = self._trial_id_to_study_id_and_number[trial_id]

@@ -150,7 +150,7 @@ def test_ever_new_shapes_are_remembered_up_to_the_bound(monkeypatch):
     """A caller whose every call has a new shape (serving's every M, a fuzzer) keeps at most
     MAX_SIGNATURES plans and compiled signatures: past it, all are forgotten and decided
     again, and the answers stay right."""
-    monkeypatch.setattr(fastpath, "MAX_SIGNATURES", 4)
+    monkeypatch.setattr(dispatch, "MAX_SIGNATURES", 4)
     b = torch.randn(16, 6)
     for m in range(1, 12):
         a = torch.randn(m, 16)

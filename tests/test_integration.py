@@ -195,7 +195,7 @@ def test_the_hooks_remember_routes_up_to_the_bound(calls, hooks, monkeypatch):
     routes remembered, and still run torch's kernel."""
     if hooks == "python":
         pytest.skip("the Python hooks remember nothing")
-    monkeypatch.setattr(fastpath, "MAX_SIGNATURES", 4)
+    monkeypatch.setattr(dispatch, "MAX_SIGNATURES", 4)
     b = torch.randn(16, 6, dtype=torch.float64)
     tuner.enable(CPU)
     for m in range(1, 12):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 from tuner.gemm_calls import KERNEL_DTYPES, folded_bmm, is_bias_row
-from tuner.runtime import dispatch, fastpath
+from tuner.runtime import dispatch
 
 # Repeated.compiled_action's answer for torch's own GEMM (a key answered by cuBLAS).
 TORCH = "torch"
@@ -37,7 +37,7 @@ def _tf32(dtype: torch.dtype) -> bool:
 
 
 def _torch_serves(op: str, args: tuple) -> None:
-    fastpath.remember_route(op, args, TORCH)
+    dispatch.remember_route(op, args, TORCH)
     return None
 
 
@@ -86,5 +86,5 @@ def _tuned(op: str, args: tuple, function: Callable, name: str, a: torch.Tensor,
     result = out if shape is None else out.view(shape)
     action = dispatch.repeated_action(name, a, b, bias, allow_tf32=allow_tf32, result=result)
     if action is not None:
-        fastpath.remember_route(op, args, action)
+        dispatch.remember_route(op, args, action)
     return result

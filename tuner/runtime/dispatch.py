@@ -51,6 +51,10 @@ class _Call:
 
 
 _CALLS: dict[tuple, _Call] = {}
+# The most call signatures remembered (plans, repeats, the routes of tuner.enable's hooks)
+# before all are forgotten: a caller with ever new shapes (serving's every M, a fuzzer) then
+# pays a fresh decision now and then, never memory without bound.
+MAX_SIGNATURES = 16384
 
 
 def _call_key(gemm: Gemm) -> tuple:
@@ -103,10 +107,16 @@ def _call(gemm: Gemm) -> _Call:
     key = _call_key(gemm)
     call = _CALLS.get(key)
     if call is None:
-        if len(_CALLS) >= fastpath.MAX_SIGNATURES:
-            _forget_calls()
+        _make_room()
         call = _CALLS[key] = _Call(*_decide(gemm))
     return call
+
+
+def _make_room() -> None:
+    """Forget every signature before one more is remembered where MAX_SIGNATURES are."""
+    if max(len(_CALLS), len(_LINEAR_REPEATS) + len(_MATMUL_REPEATS),
+           fastpath.routes_remembered()) >= MAX_SIGNATURES:
+        _forget_calls()
 
 
 def _forget_calls() -> None:
@@ -357,6 +367,13 @@ def repeated_action(name: str, a: torch.Tensor, b: torch.Tensor,
     return None if repeat is None else repeat.compiled_action(result)
 
 
+def remember_route(op: str, args: tuple, action) -> None:
+    """Later calls of aten `op` with the signature of `args` take `action`
+    (fastpath.remember_route), within MAX_SIGNATURES."""
+    _make_room()
+    fastpath.remember_route(op, args, action)
+
+
 def _remember(name: str, signature: tuple, call: _Call | None, out: torch.Tensor,
               same_addresses: bool, operands: tuple, allow_tf32: bool) -> None:
     """Note how later calls of `signature` (the public call `name` with these arguments, as
@@ -367,8 +384,7 @@ def _remember(name: str, signature: tuple, call: _Call | None, out: torch.Tensor
     repeats = _LINEAR_REPEATS if name == "linear" else _MATMUL_REPEATS
     if signature in repeats:
         return
-    if len(repeats) >= fastpath.MAX_SIGNATURES:
-        _forget_calls()
+    _make_room()
     repeat = None if call is None else call.prepared.repeated(out)
     if repeat is not None and repeat.reads_recorded_views and not same_addresses:
         repeat = None

@@ -89,35 +89,17 @@ def front(name: str, python_function: Callable) -> Callable:
     return compiled
 
 
-# The most call signatures remembered, here and by tuner.runtime.dispatch, before all are
-# forgotten: a caller with ever new shapes (serving's every M, a fuzzer) then pays a fresh
-# decision now and then, never memory without bound.
-MAX_SIGNATURES = 16384
-_remembered = 0  # signatures handed to the compiled module since it last forgot them
-
-
-def _make_room() -> None:
-    """Count one more signature to remember, forgetting all first where the bound is met."""
-    global _remembered
-    if _remembered >= MAX_SIGNATURES:
-        clear()
-    _remembered += 1
-
-
 def remember(name: str, action, operands: tuple, allow_tf32: bool) -> None:
     """Later calls of `tuner.<name>` with the signature of these arguments (as the operands
     a, b, out, bias, scale_a, scale_b: kernels.launches.operands_of's order, None where
     absent) take `action`: None (the Python function), "torch" (the operator torch's own call
     reaches) or (issue, output) (kernels.launches.Repeated.compiled_action)."""
     if _module is not None:
-        _make_room()
         _module.remember(name, action, operands, allow_tf32)
 
 
 def clear() -> None:
     """Forget every remembered signature, the hooks' routes too."""
-    global _remembered
-    _remembered = 0
     if _module is not None:
         _module.clear()
 
@@ -148,5 +130,9 @@ def remember_route(op: str, args: tuple, action) -> None:
     `result`: Repeated.compiled_action)."""
     if _module is not None:
         issue, example = (action, None) if action == "torch" else action
-        _make_room()
         _module.remember_route(op, args, issue, example)
+
+
+def routes_remembered() -> int:
+    """How many routes the hooks remember."""
+    return 0 if _module is None else _module.routes_size()
