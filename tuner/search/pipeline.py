@@ -228,11 +228,11 @@ class TuneJob:
                                                plan.shape, self.budget.seed, self.retune,
                                                self.budget.launch)
             space = self.spaces[plan.kernel]
-            with phases.timed(WARM_START):
-                start = self._warm_start(plan, kernel_row, record)
-            if not self.budget.exhaustive:
+            if not self.budget.exhaustive:  # first: the ranking worker starts meanwhile
                 with phases.timed(RANK_AHEAD):
                     self._rank_ahead(plan)
+            with phases.timed(WARM_START):
+                start = self._warm_start(plan, kernel_row, record)
             with phases.timed(SET_UP):
                 runner = StudyRunner(
                     StudyRecords(self.store, self.storage, self.run_row, self.device,
