@@ -14,7 +14,10 @@ Passes, each in this process, on GPU 0, each cold (an empty database and Triton 
   (tuner.execution: L2 flushed, interleaved), by device time and by eager time per call.
 
 Seconds per shape are each study's wall (created to finished: model ranking, search, final
-re-timing and cuBLAS baseline; the workers' start-up, once per pass, excluded). Every pass
+re-timing and cuBLAS baseline; the workers' start-up, once per pass, excluded). Each row also
+keeps where its study's seconds went (tuner.search.phases: claim, set-up, warm start, compile
+waits, measures, records, re-timing, finish), and the table ends with the warm studies'
+breakdown: what a warm study costs beyond its device steps. Every pass
 appends its rows to DIR/results.jsonl and skips the shapes that file already holds, so the
 passes can run in separate calls sharing --work (one 10-minute GPU call fits all four on
 about 12 shapes). The table ends with the issue's three lines once the file holds them all.
@@ -111,7 +114,9 @@ def tune_pass(name: str, shapes, work: Path, args) -> None:
     with (work / "results.jsonl").open("a") as out:
         for label in labels:
             if label in tuned:
-                out.write(json.dumps({"pass": name, "shape": label, **tuned[label]}) + "\n")
+                phases = summary.phases[f"{tuned[label]['kernel']} {label}"].seconds
+                out.write(json.dumps({"pass": name, "shape": label, **tuned[label],
+                                      "phases": phases}) + "\n")
     if summary.failed:
         print(f"{name}: no correct config for {'; '.join(summary.failed)}", file=sys.stderr)
 
@@ -193,6 +198,25 @@ def report(results: dict, shapes) -> str:
     return "\n".join(lines)
 
 
+def phase_breakdown(rows: list[dict]) -> str:
+    """Where the studies' seconds went: per study its phases, costliest first (those over
+    5 ms), then each phase's median over the studies. Rows written before phases were
+    recorded are left out."""
+    rows = [row for row in rows if row.get("phases")]
+    if not rows:
+        return ""
+    lines = ["| shape | s | trials | phases (s) |", "|---|---|---|---|"]
+    for row in rows:
+        phases = sorted(row["phases"].items(), key=lambda kv: -kv[1])
+        shown = ", ".join(f"{phase} {s:.3f}" for phase, s in phases if s >= 0.005)
+        lines.append(f"| {row['shape']} | {row['seconds']:.2f} | {row['trials']} | {shown} |")
+    median = {phase: statistics.median(row["phases"].get(phase, 0.0) for row in rows)
+              for phase in {phase for row in rows for phase in row["phases"]}}
+    medians = ", ".join(f"{phase} {s:.3f}" for phase, s in
+                        sorted(median.items(), key=lambda kv: -kv[1]))
+    return "\n".join([*lines, f"\nmedian seconds per phase over {len(rows)} studies: {medians}"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", type=Path, required=True)
@@ -226,7 +250,12 @@ def main() -> None:
         elif not any(str(neighbour(s, shapes) if name == "warm" else s) in done
                      for s in shapes):
             tune_pass(name, shapes, args.work, args)
-    table = report(load(args.work), shapes)
+    results = load(args.work)
+    table = report(results, shapes)
+    warm = [results["warm"][str(neighbour(s, shapes))] for s in shapes
+            if str(neighbour(s, shapes)) in results["warm"]]
+    if breakdown := phase_breakdown(warm):
+        table += "\n\n## Where the warm studies' seconds went\n\n" + breakdown
     print(table)
     if args.output:
         from tuner.formats.files import write_text_atomic

@@ -299,15 +299,16 @@ class Quiet:
         self.done[plan.shape.M] = outcome
 
 
-def sweep(folder, budget: StudyBudget, run_budget_s=None):
-    """`tune run`'s job on M = 64 ... 512 of one (N, K): its summary, the studies, their
-    trial counts, the winners' configs and what the reporter heard per M."""
+def sweep(folder, budget: StudyBudget, run_budget_s=None, ms=(64, 128, 256, 512)):
+    """`tune run`'s job on these M of one (N, K), into folder's database (kept between
+    calls): its summary, the studies, their trial counts, the winners' configs, what the
+    reporter heard per M, and how many rankings the job asked for."""
     from tuner.db.models import Study
     from tuner.search.pipeline import TuneJob
 
     url = f"sqlite:///{folder / 'tune.db'}"
     store, executor, reporter = Store(session_factory(url)), SweepExecutor(1.0), Quiet()
-    shapes = [Shape(m, 256, 256, "fp16", "nn") for m in (64, 128, 256, 512)]
+    shapes = [Shape(m, 256, 256, "fp16", "nn") for m in ms]
     plans = plan_studies(shapes, {"mm": WITH_CUBLAS}, lambda m, n: KERNELS["mm"])
     job = TuneJob(store, optuna_storage(url), executor, {"mm": WITH_CUBLAS}, budget, False,
                   reporter, run_budget_s)
@@ -317,7 +318,7 @@ def sweep(folder, budget: StudyBudget, run_budget_s=None):
     winners = [w.trial.params for w in store.winners()]
     return SimpleNamespace(summary=summary, studies=studies, winners=winners, reporter=reporter,
                            trials=[len(store.trials_of(s)) for s in studies],
-                           baselines=executor.baselines)
+                           baselines=executor.baselines, rankings=len(job.ranking))
 
 
 @pytest.mark.slow
@@ -336,6 +337,38 @@ def test_along_an_m_sweep_each_next_m_starts_from_the_last_winner_and_ends_once_
     before = sweep(tmp_path / "before", StudyBudget(8, None, 0, batch=8, patience=4,
                                                     polish=2))
     assert min(before.trials) > 2  # without early_stop every study searches
+
+
+@pytest.mark.slow
+def test_a_key_next_to_a_tuned_one_is_never_ranked_not_even_ahead(tmp_path):
+    """The model's ranking takes the interpreter's lock for seconds: a study that will start
+    from a near key's winner (here one a former run tuned) is not ranked while the study
+    before it measures. The far key is ranked once, when its study starts."""
+    budget = StudyBudget(8, None, 0, batch=8, patience=4, polish=2, early_stop=True)
+    assert sweep(tmp_path, budget, ms=(64,)).rankings == 1
+    later = sweep(tmp_path, budget, ms=(4096, 128))
+    assert later.rankings == 1 and later.studies[-1].reason.startswith(WARM_CONFIRMED)
+    assert [s.shape_M for s in later.studies] == [64, 4096, 128]
+
+
+@pytest.mark.slow
+def test_a_run_says_where_each_studys_wall_went(tmp_path):
+    """Per key tuned, the seconds of each phase (tuner.search.phases): a warm study's
+    measures, its records, its database set-up; together no more than the run's wall."""
+    from tuner.search.phases import ASK, CLAIM, FINISH, MEASURE, OPEN, RECORD, WARM_START
+
+    budget = StudyBudget(8, None, 0, batch=8, patience=4, polish=2, early_stop=True)
+    sweep(tmp_path, budget, ms=(64,))
+    start = time.perf_counter()
+    warm = sweep(tmp_path, budget, ms=(128,))
+    wall = time.perf_counter() - start
+    phases = warm.summary.phases["mm 128x256x256 fp16 nn"]
+    assert phases.steps[MEASURE] == 2 == phases.steps[RECORD]  # cuBLAS, the winner of M=64
+    assert {CLAIM, OPEN, WARM_START, ASK, FINISH} <= set(phases.seconds)
+    assert 0 < phases.total < wall
+    costliest = max(phases.seconds, key=phases.seconds.get)
+    shown = str(phases).split(", ")
+    assert len(shown) == len(phases.seconds) and shown[0].startswith(f"{costliest} ")
 
 
 def test_a_run_budget_leaves_the_studies_it_cannot_start(tmp_path):
@@ -427,28 +460,35 @@ def test_timeout_is_the_deprecated_name_of_budget_s(shapes_dir, monkeypatch):
 
 
 # -- overlap -----------------------------------------------------------------------------------
-def test_the_next_studys_ranking_is_computed_ahead_in_the_background(monkeypatch):
-    """A prefetched ranking is computed once, on the ranking thread; the study that asks for
-    it later gets it without ranking again."""
-    import threading
-
+@pytest.mark.slow
+def test_the_next_studys_ranking_is_computed_ahead_in_another_process(monkeypatch):
+    """A prefetched ranking is computed once, in the ranking worker: seconds of pure Python
+    that would hold this process's interpreter lock against the running study's steps. The
+    study that asks for it later gets it without ranking again; where the worker was lost,
+    it is ranked where it is asked."""
     from tuner.model.predict import device_spec
     from tuner.search import warmstart
 
-    ranked_on = []
+    ranked_here = []
     real = warmstart.model_configs
 
     def spying(*args):
-        ranked_on.append(threading.current_thread().name)
+        ranked_here.append(args[2])
         return real(*args)
     monkeypatch.setattr(warmstart, "model_configs", spying)
     ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block)
-    shape = Shape(512, 512, 512, "fp16", "nn")
-    ranking.prefetch(KERNELS["mm"], SPACE, shape)
-    picks = ranking.configs(KERNELS["mm"], SPACE, shape)
-    ranking.close()
+    shape, lost = Shape(512, 512, 512, "fp16", "nn"), Shape(64, 512, 512, "fp16", "nn")
+    try:
+        ranking.prefetch(KERNELS["mm"], SPACE, shape)
+        picks = ranking.configs(KERNELS["mm"], SPACE, shape)
+        assert not ranked_here
+        ranking._worker.close()
+        monkeypatch.setattr(warmstart, "RANKING_TIMEOUT_S", 1e-3)  # lost at once
+        ranking.prefetch(KERNELS["mm"], SPACE, lost)
+        assert ranking.configs(KERNELS["mm"], SPACE, lost) and ranked_here == [lost]
+    finally:
+        ranking.close()
     assert picks == real(KERNELS["mm"], SPACE, shape, device_spec(H100), H100.smem_per_block)
-    assert len(ranked_on) == 1 and ranked_on[0].startswith("model-ranking")
 
 
 def test_a_trials_call_time_is_its_launch_modes_figure_with_that_figures_spread():

@@ -56,6 +56,16 @@ def compile_limit(recent_s: Sequence[float], cap_s: float) -> float:
     return min(cap_s, max(STRAGGLER_FLOOR_S, STRAGGLER_FACTOR * statistics.median(recent_s)))
 
 
+def idle_pool(workers: Sequence[Worker]) -> queue.LifoQueue[Worker]:
+    """The idle compile workers, the one idle the shortest time handed out first: a worker
+    that compiled lately has Triton's driver up and the kernels' sources hashed, which a
+    fresh one pays for first, so the few configs of a warm study go to warm workers."""
+    pool: queue.LifoQueue[Worker] = queue.LifoQueue()
+    for worker in workers:
+        pool.put(worker)
+    return pool
+
+
 def _lost(e: WorkerLost) -> TrialResult:
     reason = str(e)
     return TrialResult(TrialStatus.TIMEOUT if reason.startswith("timeout")
@@ -76,9 +86,7 @@ class Executor:
         compilers = [] if interpret else [
             Worker(f"compile-{i}", {"CUDA_VISIBLE_DEVICES": str(options.devices[0])},
                    preload=_PRELOAD, niceness=COMPILE_NICENESS) for i in range(options.jobs)]
-        self.idle_compilers: queue.Queue[Worker] = queue.Queue()
-        for worker in compilers:
-            self.idle_compilers.put(worker)
+        self.idle_compilers = idle_pool(compilers)
         # Every worker starts importing now, while the run reads its plans and the device.
         for worker in [*self.device_workers, *compilers]:
             worker.start()

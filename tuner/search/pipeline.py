@@ -21,6 +21,7 @@ from tuner.kernels.base import config_label
 from tuner.model.predict import device_spec
 from tuner.objective import call_ms
 from tuner.search.budget import StudyBudget
+from tuner.search.phases import CLAIM, FINISH, OPEN, RANK_AHEAD, SET_UP, WARM_START, Phases
 from tuner.search.planning import KeyPlan
 from tuner.search.stopping import ModelBound
 from tuner.search.study import DeviceSlot, StudyRecords, StudyRunner
@@ -52,6 +53,8 @@ class RunSummary:
     busy: list[str] = field(default_factory=list)  # being tuned by another process
     failed: list[str] = field(default_factory=list)
     unstarted: list[str] = field(default_factory=list)  # left when the run's budget was spent
+    # Per key claimed, where its study's wall went (tuner.search.phases), by its label.
+    phases: dict[str, Phases] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,9 +151,8 @@ class TuneJob:
         if self.budget.exhaustive:
             return WarmStart([])
         library = library_configs(kernel, space)
-        if self.budget.early_stop and not self.retune and not record.trials:
-            near = nearest_winner_configs(self.store, self.device, kernel_row, space,
-                                          plan.shape, within=NEAR_KEYS)
+        if self._confirms_near(plan) and not record.trials:
+            near = self._near_winners(plan, kernel_row)
             if near:
                 return WarmStart(merged(library, near), confirms=True)
         picks = [] if record.trials else self.ranking.configs(kernel, space, plan.shape)
@@ -158,16 +160,29 @@ class TuneJob:
                                                          space, plan.shape), picks)
         return WarmStart(configs, model_bound(kernel, plan.shape, self.spec, picks))
 
+    def _confirms_near(self, plan: KeyPlan) -> bool:
+        """Whether near keys' winners would start this plan's study and end it once
+        measured: with early_stop, not with retune (it asks for a search)."""
+        return self.budget.early_stop and not self.retune and not self.budget.exhaustive
+
+    def _near_winners(self, plan: KeyPlan, kernel_row) -> list[dict]:
+        """The winners of tuned keys within NEAR_KEYS of the plan's shape."""
+        return nearest_winner_configs(self.store, self.device, kernel_row,
+                                      self.spaces[plan.kernel], plan.shape, within=NEAR_KEYS)
+
     def _rank_ahead(self, plan: KeyPlan) -> None:
         """Start ranking the studies the device threads take after this one, so that the
-        GPU does not wait for the model between studies; not those next to a key planned
-        before them, which (with early_stop) will start from its winner, unranked."""
+        GPU does not wait for the model between studies; not those that will start from
+        near keys' winners, unranked (_warm_start): next to a key tuned already, or to one
+        planned before them. The ranking is pure Python: ranked for nothing, it would take
+        the interpreter's lock from this study's steps for seconds."""
         after = self.order[self.order.index(plan) + 1:][:self.executor.slots]
         for upcoming in after:
             earlier = self.order[:self.order.index(upcoming)]
-            if self.budget.early_stop and any(
+            if self._confirms_near(upcoming) and (any(
                     p.kernel == upcoming.kernel and p.shape.dtype == upcoming.shape.dtype
-                    and log_distance(p.key, upcoming.shape) <= NEAR_KEYS for p in earlier):
+                    and log_distance(p.key, upcoming.shape) <= NEAR_KEYS for p in earlier)
+                    or self._near_winners(upcoming, self.kernel_rows[upcoming.kernel])):
                 continue
             self.ranking.prefetch(KERNELS[upcoming.kernel], self.spaces[upcoming.kernel],
                                   upcoming.shape)
@@ -193,38 +208,50 @@ class TuneJob:
         kernel_row, space_row = self.kernel_rows[plan.kernel], self.space_rows[plan.kernel]
         claim_key = "/".join(map(str, (self.device.id, kernel_row.id, space_row.id,
                                        *plan.key.values())))
-        if not self.claims.claim(claim_key):
+        phases = Phases()
+        with phases.timed(CLAIM):
+            claimed = self.claims.claim(claim_key)
+        if not claimed:
             self.summary.busy.append(plan.label)
             self.reporter.key_done(plan, "being tuned by another run")
             return
         try:
-            if self._finished(plan):
+            with phases.timed(CLAIM):
+                finished = self._finished(plan)
+            if finished:
                 self.summary.skipped.append(plan.label)
                 self.reporter.key_done(plan, "already tuned")
                 return
-            record = self.store.open_study(self.device, kernel_row, space_row, plan.key,
-                                           plan.shape, self.budget.seed, self.retune,
-                                           self.budget.launch)
+            self.summary.phases[plan.label] = phases
+            with phases.timed(OPEN):
+                record = self.store.open_study(self.device, kernel_row, space_row, plan.key,
+                                               plan.shape, self.budget.seed, self.retune,
+                                               self.budget.launch)
             space = self.spaces[plan.kernel]
-            start = self._warm_start(plan, kernel_row, record)
-            if not self.budget.exhaustive:
-                self._rank_ahead(plan)
-            runner = StudyRunner(
-                StudyRecords(self.store, self.storage, self.run_row, self.device, kernel_row,
-                             record),
-                DeviceSlot(self.executor, slot, self.smem_limit),
-                KERNELS[plan.kernel], space, plan.shape, self.budget,
-                warm_start=start.configs, bound=start.bound, confirms_warm_start=start.confirms,
-                run_deadline=self.deadline,
-                on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
-                keep_going=lambda: not self.stop.is_set())
+            if not self.budget.exhaustive:  # first: the ranking worker starts meanwhile
+                with phases.timed(RANK_AHEAD):
+                    self._rank_ahead(plan)
+            with phases.timed(WARM_START):
+                start = self._warm_start(plan, kernel_row, record)
+            with phases.timed(SET_UP):
+                runner = StudyRunner(
+                    StudyRecords(self.store, self.storage, self.run_row, self.device,
+                                 kernel_row, record),
+                    DeviceSlot(self.executor, slot, self.smem_limit),
+                    KERNELS[plan.kernel], space, plan.shape, self.budget,
+                    warm_start=start.configs, bound=start.bound,
+                    confirms_warm_start=start.confirms, run_deadline=self.deadline,
+                    on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
+                    keep_going=lambda: not self.stop.is_set(), phases=phases)
             self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible
             outcome = runner.run()
             if self.stop.is_set():
                 return  # interrupted: the study stays open and resumes next time
-            self._finish(slot, plan, record, outcome)
+            with phases.timed(FINISH):
+                self._finish(slot, plan, record, outcome)
         finally:
-            self.claims.release(claim_key)
+            with phases.timed(CLAIM):
+                self.claims.release(claim_key)
 
     def _finish(self, slot, plan, record, outcome) -> None:
         best = outcome.best

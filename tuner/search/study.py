@@ -52,6 +52,17 @@ from tuner.objective import (
     ranked,
 )
 from tuner.search.budget import StudyBudget
+from tuner.search.phases import (
+    ASK,
+    COMPILE_WAIT,
+    MEASURE,
+    OPEN,
+    RECORD,
+    RETIME,
+    SET_UP,
+    SHORT_MEASURE,
+    Phases,
+)
 from tuner.search.samplers import make_sampler
 from tuner.search.screening import screened
 from tuner.search.stopping import (
@@ -123,19 +134,21 @@ class StudyRunner:
                  warm_start: Sequence[dict] = (), bound: ModelBound | None = None,
                  confirms_warm_start: bool = False, run_deadline: float | None = None,
                  on_trial: Callable[[int, TrialResult], None] = lambda done, result: None,
-                 keep_going: Callable[[], bool] = lambda: True):
+                 keep_going: Callable[[], bool] = lambda: True, phases: Phases | None = None):
         """Where it stores and measures, what it searches and its knobs; by name, the configs
         it tries first, the model's bound on the rest (with budget.early_stop), whether the
         study ends once its warm start is measured (the near keys' winners: with
-        budget.early_stop), the run's deadline (time.monotonic()), and its hooks:
+        budget.early_stop), the run's deadline (time.monotonic()), its hooks:
         `on_trial(trials stored, result)` after each trial, and `keep_going()`, asked
-        between steps (False: stop, the study left open to resume)."""
+        between steps (False: stop, the study left open to resume), and where it files the
+        seconds of its steps (tuner.search.phases)."""
         self.store, self.storage, self.run_row = records.store, records.storage, records.run
         self.device, self.kernel_row, self.record = (records.device, records.kernel_row,
                                                      records.study)
         self.executor, self.slot, self.smem_limit = bench.executor, bench.slot, bench.smem_limit
         self.kernel, self.shape, self.budget = kernel, shape, budget
         self.on_trial, self.keep_going = on_trial, keep_going
+        self.phases = Phases() if phases is None else phases
         self.run_deadline, self.deadline = run_deadline, run_deadline
         self.specialization = specialization(shape.key())
         self.meta_gemm = meta_gemm(shape)  # what feasibility checks look at
@@ -373,20 +386,59 @@ class StudyRunner:
                               self.kernel.name, pending.params)
             result, best = None, self._fastest() if self.budget.early_stop and gpu else None
             if best is not None:
-                short = measure(short=True)
+                with self.phases.timed(SHORT_MEASURE):
+                    short = measure(short=True)
                 result = short if short.status != TrialStatus.OK else screened(short, best)
             if result is None:
-                result = measure()
+                with self.phases.timed(MEASURE):
+                    result = measure()
             if gpu:
                 result = replace(result, compile_s=compiled)
-        self._tell(study, pending.trial, self._store(pending.params, result))
+        with self.phases.timed(RECORD):
+            self._tell(study, pending.trial, self._store(pending.params, result))
 
     def run(self) -> StudyOutcome:
         """Streams configs through: up to `batch` compile at once, and each is measured as
         soon as it has compiled, so neither the device nor the compile pool waits for a
         batch's slowest config. On a stop request the study returns at once, its configs in
         flight left running in Optuna (redone on resume)."""
-        study = self._open()
+        with self.phases.timed(OPEN):
+            study = self._open()
+        with self.phases.timed(SET_UP):
+            known_failures = self._set_up(study)
+        if self.budget.budget_s is not None:
+            own = time.monotonic() + self.budget.budget_s
+            self.deadline = own if self.run_deadline is None else min(own, self.run_deadline)
+        timed = self.phases.timed
+        while self.keep_going():
+            with timed(ASK):
+                asking = self._asking()
+                if asking:
+                    self._ask(study, known_failures)
+            if not asking and self.in_flight and self._dropping():
+                with timed(RECORD):
+                    self._drop_in_flight(study)
+            elif not asking and not self.in_flight:
+                with timed(ASK):  # the descent's next steps, asked as the sampler's
+                    polishing = self._polish(study, known_failures)
+                if not polishing:
+                    break
+            if self.in_flight:  # short waits: a stop request is seen within a second
+                with timed(COMPILE_WAIT):
+                    done, _ = wait(self.in_flight, timeout=1.0, return_when=FIRST_COMPLETED)
+                for future in [f for f in self.in_flight if f in done]:  # in submission order
+                    if future in self.in_flight:  # not dropped by the measure before it
+                        self._measure(study, self.in_flight.pop(future), future.result())
+                    if self.in_flight and self._dropping():
+                        with timed(RECORD):
+                            self._drop_in_flight(study)
+        if not self.keep_going():
+            return StudyOutcome(None)
+        return replace(self._final(), ended_by=self._ended_by(), library_ms=self._library_ms())
+
+    def _set_up(self, study: optuna.Study) -> set[str]:
+        """A new study's warm start enqueued, a resumed one's trials read back and what a
+        killed run left settled; the configs known to fail for this specialization."""
         self.stored = {config_signature(t.params): t for t in self.store.trials_of(self.record)}
         if not study.get_trials(deepcopy=False):  # a new study: known-good configs first
             for config in self.warm_start:  # distinct, and the study holds nothing yet
@@ -394,28 +446,7 @@ class StudyRunner:
         self._settle_interrupted(study)
         if study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
             self.unasked.clear()  # a resumed study: its warm start was asked before
-        known_failures = self.store.known_failures(self.device, self.kernel_row,
-                                                   self.specialization)
-        if self.budget.budget_s is not None:
-            own = time.monotonic() + self.budget.budget_s
-            self.deadline = own if self.run_deadline is None else min(own, self.run_deadline)
-        while self.keep_going():
-            if self._asking():
-                self._ask(study, known_failures)
-            elif self.in_flight and self._dropping():
-                self._drop_in_flight(study)
-            elif not self.in_flight and not self._polish(study, known_failures):
-                break
-            if self.in_flight:  # short waits: a stop request is seen within a second
-                done, _ = wait(self.in_flight, timeout=1.0, return_when=FIRST_COMPLETED)
-                for future in [f for f in self.in_flight if f in done]:  # in submission order
-                    if future in self.in_flight:  # not dropped by the measure before it
-                        self._measure(study, self.in_flight.pop(future), future.result())
-                    if self.in_flight and self._dropping():
-                        self._drop_in_flight(study)
-        if not self.keep_going():
-            return StudyOutcome(None)
-        return replace(self._final(), ended_by=self._ended_by(), library_ms=self._library_ms())
+        return self.store.known_failures(self.device, self.kernel_row, self.specialization)
 
     def _library_ms(self) -> float | None:
         """The device time of the library call (cuBLAS) measured in full, if the study did."""
@@ -451,8 +482,9 @@ class StudyRunner:
         ok = finalists(self.stored.values(), launch)  # the study's best so far leads
         if not contested(ok, launch):
             return StudyOutcome(ok[0] if ok else None)
-        timings = self.executor.retime(self.slot, self.shape, self.record.seed, self.kernel.name,
-                                       [t.params for t in ok], launch)
+        with self.phases.timed(RETIME):
+            timings = self.executor.retime(self.slot, self.shape, self.record.seed,
+                                           self.kernel.name, [t.params for t in ok], launch)
         if timings is None:
             return StudyOutcome(ok[0])
         ranked = sorted(zip(ok, timings), key=lambda pair: pair[1].p50_ms)

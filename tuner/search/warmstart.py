@@ -19,6 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store
+from tuner.execution.executor import COMPILE_NICENESS
+from tuner.execution.workers import TaskFailed, Worker, WorkerLost
 from tuner.search.stopping import ModelBound
 from tuner.shapes import Shape
 from tuner.space import SearchSpace
@@ -29,6 +31,7 @@ NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
 # or a neighbour differing by up to 2x in one dimension.
 NEAR_KEYS = 1.0
 MODEL_TOP = 6  # how many of the model's picks follow them, each of another tile shape
+RANKING_TIMEOUT_S = 600.0  # a ranking ahead taking longer is done again where it is asked
 
 
 def tile_shape(config: Mapping) -> tuple:
@@ -94,6 +97,13 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
                                                  k=count, distinct=tile_shape)]
 
 
+def model_configs_task(kernel_name: str, space: SearchSpace, shape: Shape, spec,
+                       smem_limit: int, count: int) -> list[dict]:
+    """model_configs of a kernel named, in the ranking-ahead worker (ModelRanking)."""
+    from tuner.kernels import KERNELS
+    return model_configs(KERNELS[kernel_name], space, shape, spec, smem_limit, count)
+
+
 def model_bound(kernel, shape: Shape, spec, picks: list[dict]) -> ModelBound | None:
     """The model's bound for a study (tuner.search.stopping) from its ranked picks
     (model_configs: the first that is no library call is the model's fastest config of the
@@ -116,17 +126,27 @@ class ModelRanking:
 
     Ranking costs seconds per shape, so `tune run` never ranks ahead of time: a key already
     tuned is skipped before anything asks, and a resumed run pays only for the studies it
-    starts. The job may `prefetch` the next study's ranking while this one measures (one
-    background thread: the GPU does not wait for the model). The same (kernel, space, shape)
-    asked again, by a retried or a second study of the key, gets the kept list. Safe to
-    share between the device threads.
+    starts. The job may `prefetch` the next study's ranking while this one measures, so that
+    the GPU does not wait for the model: in a worker process of its own (started with the
+    first prefetch), since the ranking is seconds of pure Python that, on a thread of the
+    job's process, would hold the interpreter's lock against the studies' steps. The same
+    (kernel, space, shape) asked again, by a retried or a second study of the key, gets the
+    kept list. Safe to share between the device threads.
     """
 
     def __init__(self, spec, smem_limit: int, count: int = MODEL_TOP):
         self.spec, self.smem_limit, self.count = spec, smem_limit, count
         self._ranked: dict[tuple, Future] = {}
         self._lock = threading.Lock()
+        # One thread waits on the worker, which ranks one shape at a time.
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="model-ranking")
+        # As nice as the compile workers, for their reason: the device worker's host timings.
+        self._worker = Worker("model-ranking", preload=(__name__, "tuner.kernels"),
+                              niceness=COMPILE_NICENESS)
+
+    def _rank_in_worker(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
+        return self._worker.call(model_configs_task, kernel.name, space, shape, self.spec,
+                                 self.smem_limit, self.count, timeout=RANKING_TIMEOUT_S)
 
     def _future(self, kernel, space: SearchSpace, shape: Shape, ahead: bool) -> Future:
         # The weight does not change the ranking; the rest of the shape and the space do.
@@ -136,29 +156,39 @@ class ModelRanking:
             if key in self._ranked:
                 return self._ranked[key]
             if ahead:
-                future = self._ahead.submit(model_configs, kernel, space, shape, self.spec,
-                                            self.smem_limit, self.count)
+                future = self._ahead.submit(self._rank_in_worker, kernel, space, shape)
             else:
                 future = Future()
             self._ranked[key] = future
         if not ahead:  # ranked here, outside the lock: other keys need not wait for it
-            try:
-                future.set_result(model_configs(kernel, space, shape, self.spec,
-                                                self.smem_limit, self.count))
-            except BaseException as e:
-                future.set_exception(e)
+            self._rank_here(future, kernel, space, shape)
         return future
 
+    def _rank_here(self, future: Future, kernel, space: SearchSpace, shape: Shape) -> None:
+        try:
+            future.set_result(model_configs(kernel, space, shape, self.spec,
+                                            self.smem_limit, self.count))
+        except BaseException as e:
+            future.set_exception(e)
+
     def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
-        return [dict(c) for c in self._future(kernel, space, shape, ahead=False).result()]
+        """The model's picks for the shape: those ranked ahead, else ranked now; ranked
+        here too where the ranking ahead failed (a worker lost; a bug fails here again,
+        with its own traceback)."""
+        try:
+            picks = self._future(kernel, space, shape, ahead=False).result()
+        except (TaskFailed, WorkerLost):
+            picks = model_configs(kernel, space, shape, self.spec, self.smem_limit, self.count)
+        return [dict(c) for c in picks]
 
     def prefetch(self, kernel, space: SearchSpace, shape: Shape) -> None:
         """Start ranking a study that is to come, in the background."""
         self._future(kernel, space, shape, ahead=True)
 
     def close(self) -> None:
-        """Stop ranking ahead (a ranking under way finishes)."""
+        """Stop ranking ahead: the rankings not started are cancelled, the worker ends."""
         self._ahead.shutdown(wait=False, cancel_futures=True)
+        self._worker.close()
 
     def __len__(self) -> int:
         """How many rankings were asked for (what a resume should keep at its new studies)."""
