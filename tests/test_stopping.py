@@ -4,6 +4,7 @@ timings; the replays read the committed H200 recording."""
 import math
 import time
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -299,7 +300,8 @@ class Quiet:
         self.done[plan.shape.M] = outcome
 
 
-def sweep(folder, budget: StudyBudget, run_budget_s=None, ms=(64, 128, 256, 512)):
+def sweep(folder, budget: StudyBudget, run_budget_s=None, ms=(64, 128, 256, 512),
+          executor=None):
     """`tune run`'s job on these M of one (N, K), into folder's database (kept between
     calls): its summary, the studies, their trial counts, the winners' configs, what the
     reporter heard per M, and how many rankings the job asked for."""
@@ -307,7 +309,8 @@ def sweep(folder, budget: StudyBudget, run_budget_s=None, ms=(64, 128, 256, 512)
     from tuner.search.pipeline import TuneJob
 
     url = f"sqlite:///{folder / 'tune.db'}"
-    store, executor, reporter = Store(session_factory(url)), SweepExecutor(1.0), Quiet()
+    store, reporter = Store(session_factory(url)), Quiet()
+    executor = executor or SweepExecutor(1.0)
     shapes = [Shape(m, 256, 256, "fp16", "nn") for m in ms]
     plans = plan_studies(shapes, {"mm": WITH_CUBLAS}, lambda m, n: KERNELS["mm"])
     job = TuneJob(store, optuna_storage(url), executor, {"mm": WITH_CUBLAS}, budget, False,
@@ -337,6 +340,73 @@ def test_along_an_m_sweep_each_next_m_starts_from_the_last_winner_and_ends_once_
     before = sweep(tmp_path / "before", StudyBudget(8, None, 0, batch=8, patience=4,
                                                     polish=2))
     assert min(before.trials) > 2  # without early_stop every study searches
+
+
+def test_a_warm_start_holds_where_a_near_winner_leads_as_close_to_the_roofline_as_there():
+    from tuner.search.stopping import WARM_MARGIN, WarmConfirmation
+
+    tile = TILES[0]
+    confirmation = WarmConfirmation({config_signature(tile): 0.8}, roofline_ms=1.0)
+    assert confirmation.holds(tile, 1.0 / 0.8)
+    assert confirmation.holds(tile, 1.0 / (0.8 * (1 - WARM_MARGIN)) * 0.999)
+    assert not confirmation.holds(tile, 1.0 / (0.8 * (1 - WARM_MARGIN)) * 1.01)
+    assert not confirmation.holds(CUBLAS, 0.1)  # no near key's winner: nothing carried over
+
+
+def test_the_roofline_is_the_longer_of_the_multiply_adds_and_the_traffic():
+    from tuner.model.predict import H100_SXM, roofline_ms
+
+    square = Shape(8192, 8192, 8192, "bf16", "nn")  # compute-bound: 2·8192³ at 989.4 TF/s
+    assert roofline_ms(square, H100_SXM) == pytest.approx(2 * 8192**3 / 989.4e9)
+    row = Shape(1, 8192, 8192, "bf16", "nt")  # the weight's 128 MiB at 3.35 TB/s
+    assert roofline_ms(row, H100_SXM) == pytest.approx(8192 * (8192 + 2) * 2 / 3.35e9)
+
+
+class CublasAheadAt(SweepExecutor):
+    """cuBLAS far ahead of every tile at M = `m`, behind them elsewhere."""
+
+    def __init__(self, m: int):
+        super().__init__(1.0)
+        self.m = m
+
+    def measure(self, slot, shape, seed, kernel_name, config, short=False):
+        self.cublas_ms = 0.01 if shape.M == self.m else 1.0
+        return super().measure(slot, shape, seed, kernel_name, config, short)
+
+
+class TilesSlowerAt(SweepExecutor):
+    """Every tile `factor` times slower at M = `m` than at the other M, whose roofline
+    time is at most twice theirs."""
+
+    def __init__(self, m: int, factor: float):
+        super().__init__(1.0)
+        self.m, self.factor = m, factor
+
+    def measure(self, slot, shape, seed, kernel_name, config, short=False):
+        result = super().measure(slot, shape, seed, kernel_name, config, short)
+        if shape.M != self.m or config["variant"] == "cublas" or result.p50_ms is None:
+            return result
+        return replace(result, **{field: getattr(result, field) * self.factor for field in
+                                  ("p20_ms", "p50_ms", "p80_ms", "loop_ms")
+                                  if getattr(result, field) is not None})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", [CublasAheadAt(128), TilesSlowerAt(128, 3.0)],
+                         ids=["cublas-ahead-here", "the-winner-slower-than-its-key-foretells"])
+def test_a_near_winner_that_does_not_carry_over_leaves_the_study_to_search_on(tmp_path,
+                                                                              executor):
+    """The M = 64 winner, measured at M = 128, loses to cuBLAS there or falls further from
+    the roofline than at M = 64: no warm start confirmed; the study ranks and measures the
+    model's picks and searches on, and its winner is the fastest measured."""
+    budget = StudyBudget(8, None, 0, batch=8, patience=4, polish=2, early_stop=True)
+    run = sweep(tmp_path, budget, ms=(64, 128), executor=executor)
+    assert not run.studies[1].reason.startswith(WARM_CONFIRMED)
+    assert run.trials[1] > 2 and run.rankings == 2  # the model's picks, ranked only now
+    if isinstance(executor, CublasAheadAt):
+        assert run.winners[1] == CUBLAS
+    else:
+        assert run.winners[1] == run.winners[0] != CUBLAS  # all tiles alike slower
 
 
 @pytest.mark.slow

@@ -256,6 +256,16 @@ def fastest_of(shape: Shape, configs: Sequence[Mapping], spec: DeviceSpec) -> in
     return min(range(len(configs)), key=lambda i: (predicted[i], i))
 
 
+def roofline_ms(shape: Shape, spec: DeviceSpec) -> float:
+    """The least time the datasheet allows the GEMM: its multiply-adds at its dtype's peak
+    rate, or A and B read and C written once at DRAM speed, whichever takes longer."""
+    dtype = DTYPES[shape.dtype]
+    moved = ((shape.M * shape.K + shape.K * shape.N) * dtype.torch.itemsize
+             + shape.M * shape.N * dtype.out.itemsize)
+    return max(shape.flops / (spec.matmul_tflops(shape.dtype) * 1e12),
+               moved / (spec.dram_tbps * 1e12)) * 1e3
+
+
 def predicted_tflops(shape: Shape, ms: float) -> float:
     """The TFLOP/s of the shape's GEMM done in `ms` milliseconds."""
     return shape.flops / (ms * 1e-3) / 1e12

@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,16 +24,19 @@ from tuner.objective import call_ms
 from tuner.search.budget import StudyBudget
 from tuner.search.phases import CLAIM, FINISH, OPEN, RANK_AHEAD, SET_UP, WARM_START, Phases
 from tuner.search.planning import KeyPlan
-from tuner.search.stopping import ModelBound
+from tuner.search.stopping import ModelBound, WarmConfirmation
 from tuner.search.study import DeviceSlot, StudyRecords, StudyRunner
 from tuner.search.warmstart import (
     NEAR_KEYS,
     ModelRanking,
+    NearWinner,
     library_configs,
     log_distance,
     merged,
     model_bound,
     nearest_winner_configs,
+    nearest_winners,
+    warm_confirmation,
 )
 from tuner.space import SearchSpace
 from tuner.statuses import RunStatus
@@ -59,11 +63,14 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class WarmStart:
-    """How a study starts (tuner.search.warmstart): the configs it tries first, the model's
-    bound on the rest, and whether those configs (near keys' winners) finish it alone."""
+    """How a study starts (tuner.search.warmstart): the configs it tries first and the
+    model's bound on the rest; or, where those configs are near keys' winners, the test by
+    which they finish it alone, and the model's configs and bound it searches on with where
+    they do not (ranked only then)."""
     configs: list[dict]
     bound: ModelBound | None = None
-    confirms: bool = False
+    confirmation: WarmConfirmation | None = None
+    search_on: Callable[[], tuple[list[dict], ModelBound | None]] | None = None
 
 
 class TuneJob:
@@ -154,21 +161,29 @@ class TuneJob:
         if self._confirms_near(plan) and not record.trials:
             near = self._near_winners(plan, kernel_row)
             if near:
-                return WarmStart(merged(library, near), confirms=True)
-        picks = [] if record.trials else self.ranking.configs(kernel, space, plan.shape)
+                return WarmStart(merged(library, [w.config for w in near]),
+                                 confirmation=warm_confirmation(near, plan.shape, self.spec),
+                                 search_on=lambda: self._model_start(kernel, space, plan))
+        picks, bound = ([], None) if record.trials else self._model_start(kernel, space, plan)
         configs = merged(library, nearest_winner_configs(self.store, self.device, kernel_row,
                                                          space, plan.shape), picks)
-        return WarmStart(configs, model_bound(kernel, plan.shape, self.spec, picks))
+        return WarmStart(configs, bound)
+
+    def _model_start(self, kernel, space: SearchSpace,
+                     plan: KeyPlan) -> tuple[list[dict], ModelBound | None]:
+        """The model's picks for the plan's shape, and its bound on the rest."""
+        picks = self.ranking.configs(kernel, space, plan.shape)
+        return picks, model_bound(kernel, plan.shape, self.spec, picks)
 
     def _confirms_near(self, plan: KeyPlan) -> bool:
         """Whether near keys' winners would start this plan's study and end it once
         measured: with early_stop, not with retune (it asks for a search)."""
         return self.budget.early_stop and not self.retune and not self.budget.exhaustive
 
-    def _near_winners(self, plan: KeyPlan, kernel_row) -> list[dict]:
+    def _near_winners(self, plan: KeyPlan, kernel_row) -> list[NearWinner]:
         """The winners of tuned keys within NEAR_KEYS of the plan's shape."""
-        return nearest_winner_configs(self.store, self.device, kernel_row,
-                                      self.spaces[plan.kernel], plan.shape, within=NEAR_KEYS)
+        return nearest_winners(self.store, self.device, kernel_row, self.spaces[plan.kernel],
+                               plan.shape, within=NEAR_KEYS)
 
     def _rank_ahead(self, plan: KeyPlan) -> None:
         """Start ranking the studies the device threads take after this one, so that the
@@ -240,7 +255,8 @@ class TuneJob:
                     DeviceSlot(self.executor, slot, self.smem_limit),
                     KERNELS[plan.kernel], space, plan.shape, self.budget,
                     warm_start=start.configs, bound=start.bound,
-                    confirms_warm_start=start.confirms, run_deadline=self.deadline,
+                    confirmation=start.confirmation, search_on=start.search_on,
+                    run_deadline=self.deadline,
                     on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                     keep_going=lambda: not self.stop.is_set(), phases=phases)
             self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible

@@ -19,7 +19,12 @@ sampler's part of a study early (tuner.search.study); the tuner's replay of reco
   TIE_FLOOR). A flat threshold would let the noise of short kernels' timings pass for gains:
   the best of many noisy samples creeps up trial after trial, and patience never runs out.
 - A warm start confirmed: a study that starts from the winners of keys next to it (a
-  neighbour on the same device, the next M of a sweep) ends once those are measured.
+  neighbour on the same device, the next M of a sweep) ends once those are measured, where
+  one of them is its best and comes as close to the device's roofline here as at its own
+  key (`WarmConfirmation`). A winner that cannot run here, loses to another config, or
+  falls further from the roofline has not carried over (cuBLAS on a misaligned neighbour of
+  an aligned key: as slow as the model expects, and a padded tile far ahead): the study
+  searches on as a cold one would.
 
 The bound compares device times in either launch mode: the model predicts kernels, and an
 eager winner's kernel must be within DEVICE_SLACK of the fastest anyway (tuner.objective).
@@ -33,9 +38,14 @@ from dataclasses import dataclass
 
 from tuner.execution.timing import is_tie
 from tuner.objective import CallTime
+from tuner.space import config_signature
 
 NOISE_MARGIN = 0.01  # a gain the bound still allows an untried config: device time noise
 MIN_CALIBRATION = 4  # measured configs the model's bound needs before it can end a study
+# How much further from the roofline a near key's winner may run here than at its own key
+# and still finish a study: neighbouring shapes differ a little in how close any config
+# comes, more than timing noise.
+WARM_MARGIN = 0.05
 SPREAD_Z = 2.0  # how many spreads below the mean factor an untried config may fall
 # The least spread (of log measured/predicted) assumed: the model's top configs, measured
 # first, agree with each other more than the rest of the space agrees with the model.
@@ -49,6 +59,20 @@ TRIALS_SPENT = "trials spent"
 SPACE_SPENT = "space spent"
 STUDY_BUDGET = "study budget"
 RUN_BUDGET = "run budget"
+
+
+@dataclass(frozen=True)
+class WarmConfirmation:
+    """Whether a warm start's near winners finish a study (the rule above). `efficiency`:
+    per near winner (by config signature), the fraction of its key's roofline time
+    (tuner.model.predict.roofline_ms) it ran in there; `roofline_ms`: the study shape's."""
+    efficiency: Mapping[tuple, float]
+    roofline_ms: float
+
+    def holds(self, best: Mapping, best_ms: float) -> bool:
+        """Whether the study's best config (`best`, at `best_ms` device time) confirms it."""
+        there = self.efficiency.get(config_signature(best))
+        return there is not None and self.roofline_ms / best_ms >= there * (1 - WARM_MARGIN)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ from tuner.search.stopping import (
     WARM_CONFIRMED,
     ModelBound,
     Stop,
+    WarmConfirmation,
     search_stop,
 )
 from tuner.search.warmstart import library_variants
@@ -132,13 +133,16 @@ class StudyRunner:
     def __init__(self, records: StudyRecords, bench: DeviceSlot, kernel: Kernel,
                  space: SearchSpace, shape: Shape, budget: StudyBudget, *,
                  warm_start: Sequence[dict] = (), bound: ModelBound | None = None,
-                 confirms_warm_start: bool = False, run_deadline: float | None = None,
+                 confirmation: WarmConfirmation | None = None,
+                 search_on: Callable[[], tuple[list[dict], ModelBound | None]] | None = None,
+                 run_deadline: float | None = None,
                  on_trial: Callable[[int, TrialResult], None] = lambda done, result: None,
                  keep_going: Callable[[], bool] = lambda: True, phases: Phases | None = None):
         """Where it stores and measures, what it searches and its knobs; by name, the configs
-        it tries first, the model's bound on the rest (with budget.early_stop), whether the
-        study ends once its warm start is measured (the near keys' winners: with
-        budget.early_stop), the run's deadline (time.monotonic()), its hooks:
+        it tries first, the model's bound on the rest (with budget.early_stop), the test by
+        which its warm start (near keys' winners) ends it once measured, with
+        budget.early_stop, and the configs and bound it searches on with where that fails
+        (tuner.search.stopping), the run's deadline (time.monotonic()), its hooks:
         `on_trial(trials stored, result)` after each trial, and `keep_going()`, asked
         between steps (False: stop, the study left open to resume), and where it files the
         seconds of its steps (tuner.search.phases)."""
@@ -164,8 +168,10 @@ class StudyRunner:
             self.budget = replace(budget, trials=len(self.warm_start), patience=None,
                                   polish=0, early_stop=False)
         self.bound = bound if self.budget.early_stop else None
-        self.confirms_warm_start = (confirms_warm_start and self.budget.early_stop
-                                    and bool(self.warm_start))
+        self.confirmation = (confirmation if self.budget.early_stop and self.warm_start
+                             else None)
+        self.search_on = search_on
+        self.warm_confirmed = False
         self.stored: dict[tuple, Trial] = {}
         self.in_flight: dict[Future, _Pending] = {}
         self.asks = 0
@@ -226,8 +232,9 @@ class StudyRunner:
         if self._past_deadline():
             why = Stop(RUN_BUDGET if self.deadline == self.run_deadline else STUDY_BUDGET,
                        "time spent")
-        elif self.confirms_warm_start and not self.unasked and not self._opening():
-            why = Stop(WARM_CONFIRMED, "the near keys' winners measured")
+        elif self.warm_confirmed:
+            why = Stop(WARM_CONFIRMED, "the near keys' winners measured, the best of them "
+                                       "as fast as at its key")
         else:
             ran = [(t.params, t.p50_ms) for t in self.stored.values()
                    if t.status in (TrialStatus.OK, TrialStatus.SCREENED) and t.p50_ms]
@@ -411,6 +418,9 @@ class StudyRunner:
             self.deadline = own if self.run_deadline is None else min(own, self.run_deadline)
         timed = self.phases.timed
         while self.keep_going():
+            if self.confirmation is not None and not self.unasked and not self._opening():
+                with timed(ASK):
+                    self._judge_warm_start(study)
             with timed(ASK):
                 asking = self._asking()
                 if asking:
@@ -435,6 +445,25 @@ class StudyRunner:
         if not self.keep_going():
             return StudyOutcome(None)
         return replace(self._final(), ended_by=self._ended_by(), library_ms=self._library_ms())
+
+    def _judge_warm_start(self, study: optuna.Study) -> None:
+        """Once the near keys' winners are measured: confirmed, the study ends; else it
+        searches on as a cold study, from the model's picks (enqueued, measured before the
+        sampler is asked) under the model's bound."""
+        by_call = ranked(self.stored.values(), self.budget.launch)  # the best so far leads
+        self.warm_confirmed = bool(by_call) and self.confirmation.holds(by_call[0].params,
+                                                                        by_call[0].p50_ms)
+        self.confirmation = None
+        if self.warm_confirmed or self.search_on is None:
+            return
+        picks, bound = self.search_on()
+        picks = [c for c in picks if self.space.holds(c)
+                 and config_signature(c) not in self.stored]
+        for config in picks:
+            study.enqueue_trial(config, skip_if_exists=False)
+        self.warm_start += picks
+        self.unasked |= {config_signature(c) for c in picks}
+        self.bound = bound
 
     def _set_up(self, study: optuna.Study) -> set[str]:
         """A new study's warm start enqueued, a resumed one's trials read back and what a

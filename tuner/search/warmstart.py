@@ -16,14 +16,15 @@ import math
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from tuner.db.models import Device, KernelVersion, Winner
 from tuner.db.store import Store
 from tuner.execution.executor import COMPILE_NICENESS
 from tuner.execution.workers import TaskFailed, Worker, WorkerLost
-from tuner.search.stopping import ModelBound
+from tuner.search.stopping import ModelBound, WarmConfirmation
 from tuner.shapes import Shape
-from tuner.space import SearchSpace
+from tuner.space import SearchSpace, config_signature
 
 NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
 # How near (log2 distance over M, N, K) a tuned key must be for its winner to finish a study
@@ -66,22 +67,48 @@ def library_configs(kernel, space: SearchSpace) -> list[dict]:
             if v.library_calls is not None and in_space({"variant": v.name, "pad": 0}, space)]
 
 
-def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
-                           space: SearchSpace, shape: Shape, count: int = NEAREST_WINNERS,
-                           within: float = math.inf) -> list[dict]:
-    """Distinct winning configs of the nearest tuned keys, nearest first, at most `count`,
-    of keys at most `within` away (log2 distance over M, N and K)."""
+@dataclass(frozen=True)
+class NearWinner:
+    """A tuned key's winning config, the shape it won on and its device time there."""
+    config: dict
+    shape: Shape
+    device_ms: float
+
+
+def nearest_winners(store: Store, device: Device, kernel: KernelVersion, space: SearchSpace,
+                    shape: Shape, count: int = NEAREST_WINNERS,
+                    within: float = math.inf) -> list[NearWinner]:
+    """The winners of the nearest tuned keys, nearest first, one per distinct config, at
+    most `count`, of keys at most `within` away (log2 distance over M, N and K)."""
     candidates: list[tuple[float, Winner]] = [
         (log_distance(w.key, shape), w) for w in store.winners([device.id])
         if w.kernel.id == kernel.id and w.key["dtype"] == shape.dtype]
-    configs: list[dict] = []
+    near: list[NearWinner] = []
     for distance, winner in sorted(candidates, key=lambda pair: pair[0]):
         config = dict(winner.trial.params)
-        if distance > within or len(configs) == count:
+        if distance > within or len(near) == count:
             break
-        if config not in configs and in_space(config, space):
-            configs.append(config)
-    return configs
+        if all(config != w.config for w in near) and in_space(config, space):
+            near.append(NearWinner(config, winner.study.shape, winner.trial.p50_ms))
+    return near
+
+
+def nearest_winner_configs(store: Store, device: Device, kernel: KernelVersion,
+                           space: SearchSpace, shape: Shape, count: int = NEAREST_WINNERS,
+                           within: float = math.inf) -> list[dict]:
+    """The configs of nearest_winners."""
+    return [w.config for w in nearest_winners(store, device, kernel, space, shape, count,
+                                              within)]
+
+
+def warm_confirmation(near: list[NearWinner], shape: Shape, spec) -> WarmConfirmation:
+    """The test a study starting from `near` ends by (tuner.search.stopping): how close to
+    its key's roofline each ran there, and the roofline here."""
+    from tuner.model.predict import roofline_ms
+
+    return WarmConfirmation(
+        {config_signature(w.config): roofline_ms(w.shape, spec) / w.device_ms for w in near},
+        roofline_ms(shape, spec))
 
 
 def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: int,
