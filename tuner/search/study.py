@@ -61,6 +61,7 @@ from tuner.search.phases import (
     RETIME,
     SET_UP,
     SHORT_MEASURE,
+    WARM_START,
     Phases,
 )
 from tuner.search.samplers import make_sampler
@@ -234,7 +235,7 @@ class StudyRunner:
                        "time spent")
         elif self.warm_confirmed:
             why = Stop(WARM_CONFIRMED, "the near keys' winners measured, the best of them "
-                                       "as fast as at its key")
+                                       "as close to the roofline as at its key")
         else:
             ran = [(t.params, t.p50_ms) for t in self.stored.values()
                    if t.status in (TrialStatus.OK, TrialStatus.SCREENED) and t.p50_ms]
@@ -419,7 +420,7 @@ class StudyRunner:
         timed = self.phases.timed
         while self.keep_going():
             if self.confirmation is not None and not self.unasked and not self._opening():
-                with timed(ASK):
+                with timed(WARM_START):  # where it fails: the model's picks ranked
                     self._judge_warm_start(study)
             with timed(ASK):
                 asking = self._asking()
