@@ -479,6 +479,29 @@ def test_a_replayed_recording_where_cublas_wins_stops_in_few_trials():
     assert curve[0] == curve[-1] == 1.0 and len(curve) == 1 + MIN_CALIBRATION
 
 
+def test_the_descent_starts_from_the_best_tile_where_a_library_call_leads_within_reach():
+    from tuner.search.screening import REACH
+    from tuner.search.stopping import descent_start
+
+    tile, slower = TILES[0], TILES[1]
+    library = frozenset({"cublas"})
+    assert descent_start([(tile, 1.0), (CUBLAS, 1.01)], library) == tile
+    assert descent_start([(CUBLAS, 1.0), (tile, 1.0 + REACH / 2), (slower, 1.01)],
+                         library) == tile
+    assert descent_start([(CUBLAS, 1.0), (tile, 1.0 + 2 * REACH)], library) == CUBLAS
+    assert descent_start([(CUBLAS, 1.0)], library) == CUBLAS
+
+
+def test_a_replay_where_cublas_narrowly_leads_polishes_the_best_tile():
+    """cuBLAS 2% ahead of the best tile of 4096³: the study measures the model's top configs,
+    then steps from the best of them (a BLOCK_K or a stage may take it past cuBLAS); 30%
+    ahead, it stops after them."""
+    recording = Recording.load(RECORDED_H200)
+    near = replayed(with_library(recording.shapes[1], 1.02), recording.device, TUNE_RUN)
+    far = replayed(with_library(recording.shapes[1], 1.3), recording.device, TUNE_RUN)
+    assert len(near) > len(far) == 1 + MIN_CALIBRATION and near[-1] == far[-1] == 1.0
+
+
 @pytest.mark.slow
 def test_replayed_recordings_where_a_tile_wins_do_not_stop_early_and_keep_their_quality():
     """Every recorded shape (a tile wins: the recording holds no cuBLAS): today's defaults

@@ -42,7 +42,7 @@ from tuner.search.budget import (
     REFERENCE_POLISH,
 )
 from tuner.search.samplers import make_sampler
-from tuner.search.stopping import search_stop
+from tuner.search.stopping import descent_start, search_stop
 from tuner.search.study import ASKS_PER_TRIAL
 from tuner.search.warmstart import library_configs, library_variants, merged, model_bound
 from tuner.shapes import Shape, checked_shape
@@ -311,12 +311,17 @@ class Noise:
 
 
 def _polish(recording: ShapeRecording, seen: Noise, polish: int) -> None:
-    """The polish steps of a study (tuner.search.study): rounds of the best config's (as
-    seen) unmeasured neighbours, while the best moves and steps are left."""
+    """The polish steps of a study (tuner.search.study): rounds of the unmeasured neighbours
+    of the config the descent starts from (as seen), while it moves and steps are left."""
+    library = library_variants(KERNELS[recording.kernel])
     done = 0
     while done < polish:
-        best = dict(max(seen.tflops, key=seen.tflops.get))
-        steps = [config_signature(c) for c in recording.space.neighbours(best)]
+        by_time = sorted(((dict(s), 1.0 / v) for s, v in seen.tflops.items() if v > 0),
+                         key=lambda pair: pair[1])
+        if not by_time:
+            break
+        start = descent_start(by_time, library)
+        steps = [config_signature(c) for c in recording.space.neighbours(start)]
         steps = [s for s in steps if s in recording.tflops and s not in seen.tflops]
         if not steps:
             break

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from tuner.execution.timing import is_tie
 from tuner.objective import CallTime
+from tuner.search.screening import REACH
 from tuner.space import config_signature
 
 NOISE_MARGIN = 0.01  # a gain the bound still allows an untried config: device time noise
@@ -59,6 +60,19 @@ TRIALS_SPENT = "trials spent"
 SPACE_SPENT = "space spent"
 STUDY_BUDGET = "study budget"
 RUN_BUDGET = "run budget"
+
+
+def descent_start(by_time: Sequence[tuple[Mapping, float]],
+                  library: frozenset[str]) -> Mapping:
+    """The config the polish steps descend from (tuner.search.study, and its replay), given
+    the measured (config, time) fastest first: the best; where that is a library call, which
+    has nothing of its own to step, the best tile where it is within REACH of it, since a
+    step or two (a BLOCK_K, a stage) may take it past."""
+    best, best_time = by_time[0]
+    if best["variant"] not in library:
+        return best
+    tile = next(((c, t) for c, t in by_time if c["variant"] not in library), None)
+    return tile[0] if tile is not None and tile[1] <= best_time * (1 + REACH) else best
 
 
 @dataclass(frozen=True)

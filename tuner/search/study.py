@@ -11,7 +11,8 @@ tries the configs it is given to warm-start from (tuner.search.warmstart), and a
 early by the rules of tuner.search.stopping: patience, and with `early_stop` the model's bound
 and a confirmed warm start (the warm start is then measured before the sampler is asked, so
 that those rules can judge it), or once its time budget is spent. Then up to `polish` more trials
-descend from the best config, one parameter a step (its runnable neighbours not yet measured,
+descend from the best config (stopping.descent_start: where cuBLAS leads, the best tile within
+reach of it), one parameter a step (its runnable neighbours not yet measured,
 round after round while the best moves): TPE spreads its trials over the whole space, and the
 best config's GROUP_M or BLOCK_K one value away can be faster still. At the
 end the top configs, where their trials left them within the noise between trials of each
@@ -75,6 +76,7 @@ from tuner.search.stopping import (
     ModelBound,
     Stop,
     WarmConfirmation,
+    descent_start,
     search_stop,
 )
 from tuner.search.warmstart import library_variants
@@ -331,14 +333,17 @@ class StudyRunner:
         self.in_flight.clear()
 
     def _polish(self, study: optuna.Study, known_failures: set[str]) -> bool:
-        """Queue the best config's runnable neighbours not measured yet, within what is left
-        of the polish budget and the time; False when there is nothing to queue."""
+        """Queue the runnable neighbours not measured yet of the config the descent starts
+        from (stopping.descent_start), within what is left of the polish budget and the
+        time; False when there is nothing to queue."""
         left = self.budget.polish - self.polished
         by_call = ranked(self.stored.values(), self.budget.launch)  # the best so far leads
         if (left <= 0 or not by_call or self._past_deadline()
                 or self.ended_by is not None and self.ended_by.rule == WARM_CONFIRMED):
             return False
-        steps = [c for c in self.space.neighbours(by_call[0].params)
+        start = descent_start([(t.params, call_ms(t, self.budget.launch)) for t in by_call],
+                              library_variants(self.kernel))
+        steps = [c for c in self.space.neighbours(start)
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
                  and self.kernel.feasible(c, self.meta_gemm, self.smem_limit) is None][:left]
