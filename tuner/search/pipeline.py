@@ -158,7 +158,7 @@ class TuneJob:
         if self.budget.exhaustive:
             return WarmStart([])
         library = library_configs(kernel, space)
-        if self._confirms_near(plan) and not record.trials:
+        if self._confirms_near() and not record.trials:
             near = self._near_winners(plan, kernel_row)
             if near:
                 return WarmStart(merged(library, [w.config for w in near]),
@@ -175,10 +175,10 @@ class TuneJob:
         picks = self.ranking.configs(kernel, space, plan.shape)
         return picks, model_bound(kernel, plan.shape, self.spec, picks)
 
-    def _confirms_near(self, plan: KeyPlan) -> bool:
-        """Whether near keys' winners would start this plan's study and end it once
-        measured: with early_stop, not with retune (it asks for a search)."""
-        return self.budget.early_stop and not self.retune and not self.budget.exhaustive
+    def _confirms_near(self) -> bool:
+        """Whether near keys' winners start a study and may end it once measured: with
+        early_stop, not with retune (it asks for a search)."""
+        return self.budget.early_stop and not self.retune
 
     def _near_winners(self, plan: KeyPlan, kernel_row) -> list[NearWinner]:
         """The winners of tuned keys within NEAR_KEYS of the plan's shape."""
@@ -194,7 +194,7 @@ class TuneJob:
         after = self.order[self.order.index(plan) + 1:][:self.executor.slots]
         for upcoming in after:
             earlier = self.order[:self.order.index(upcoming)]
-            if self._confirms_near(upcoming) and (any(
+            if self._confirms_near() and (any(
                     p.kernel == upcoming.kernel and p.shape.dtype == upcoming.shape.dtype
                     and log_distance(p.key, upcoming.shape) <= NEAR_KEYS for p in earlier)
                     or self._near_winners(upcoming, self.kernel_rows[upcoming.kernel])):
