@@ -251,8 +251,9 @@ def test_without_early_stop_the_bound_is_not_asked(world):
 @pytest.mark.parametrize("budget", ["study", "run"])
 def test_a_budget_ends_the_study_on_time_keeping_the_best_found(world, budget):
     """Each measure takes 0.2 s and the space holds 24 configs; a 2 s budget ends the search
-    within about a measure and an ask of it (on a loaded CI core), configs in flight left
-    unmeasured, and the best measured wins."""
+    within a few seconds of it, as the issue asks (a loaded CI core has taken over a second
+    to open and close a study), configs in flight left unmeasured, and the best measured
+    wins. Without the deadline the 24 measures alone would take 4.8 s."""
     executor = CublasExecutor(cublas_ms=1.0, measure_s=0.2)
     deadline = dict(timeout=2.0) if budget == "study" else dict(
         run_deadline=time.monotonic() + 3.0)
@@ -260,11 +261,41 @@ def test_a_budget_ends_the_study_on_time_keeping_the_best_found(world, budget):
     start = time.monotonic()
     outcome = runner.run()
     end = start + 2.0 if budget == "study" else deadline["run_deadline"]
-    assert time.monotonic() < end + 1.0
+    assert time.monotonic() < end + 2.0
     assert 1 <= len(executor.measured) < 24
     assert outcome.ended_by.startswith(STUDY_BUDGET if budget == "study" else RUN_BUDGET)
     fastest = min(executor.measured, key=lambda c: 1.0 if c == CUBLAS else tile_ms(c))
     assert outcome.best.params == fastest
+
+
+class ClockedExecutor(ScriptedExecutor):
+    """Every tile takes the same time, so each is within reach of the best and its short
+    measure is followed by a full one; each measure takes `measure_s` and is logged with
+    when it started and ended."""
+
+    def __init__(self, measure_s: float):
+        super().__init__()
+        self.measure_s, self.log = measure_s, []
+
+    def measure(self, slot, shape, seed, kernel_name, config, short=False):
+        start = time.monotonic()
+        time.sleep(self.measure_s)
+        self.log.append((config_signature(config), short, start, time.monotonic()))
+        return TrialResult("ok", None, 0.99, 1.0, 1.01, 1.0, 1e-3, None, "x",
+                           **({} if short else {"host_us": 10.0, "loop_ms": 1.0}))
+
+
+def test_past_the_deadline_a_short_measure_is_not_followed_by_the_full_one(world):
+    """A config whose short measure ends past the deadline is left unmeasured, like one still
+    in flight: its full measure would overrun the budget by a whole measure more."""
+    executor = ClockedExecutor(measure_s=0.15)
+    runner, record = world.runner(executor, trials=24, timeout=1.0, early_stop=True, batch=4)
+    runner.run()
+    late = {sig for sig, short, _, end in executor.log if short and end >= runner.deadline}
+    assert late  # the budget ran out in the middle of the screening
+    full = [(sig, start) for sig, short, start, _ in executor.log if not short]
+    assert not late & {sig for sig, _ in full}
+    assert not late & {config_signature(t.params) for t in world.store.trials_of(record)}
 
 
 # -- warm starts along an M sweep ------------------------------------------------------------

@@ -390,7 +390,8 @@ class StudyRunner:
         """A compiled config checked and timed on this study's device; a failed one stored.
         On a GPU with early_stop, once the study has a best, by the short measure first and
         in full only within its reach (tuner.search.screening): it saves device time, and the
-        interpreter's wall-clock figures are too noisy to screen by."""
+        interpreter's wall-clock figures are too noisy to screen by. A full measure is not
+        started past the deadline: the config is left unmeasured, like one still in flight."""
         if isinstance(compiled, TrialResult):
             result = compiled
         else:
@@ -402,6 +403,9 @@ class StudyRunner:
                 with self.phases.timed(SHORT_MEASURE):
                     short = measure(short=True)
                 result = short if short.status != TrialStatus.OK else screened(short, best)
+            if result is None and best is not None and self._past_deadline():
+                study.tell(pending.trial, state=TrialState.FAIL)  # as if left in flight
+                return
             if result is None:
                 with self.phases.timed(MEASURE):
                     result = measure()
