@@ -21,6 +21,7 @@ from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
 from tuner.model.predict import device_spec
 from tuner.objective import call_ms
+from tuner.search.ahead import CompilesAhead
 from tuner.search.budget import StudyBudget
 from tuner.search.phases import CLAIM, FINISH, OPEN, RANK_AHEAD, SET_UP, WARM_START, Phases
 from tuner.search.planning import KeyPlan
@@ -101,6 +102,7 @@ class TuneJob:
         # The model's warm-start picks, ranked when a study starts (seconds each) and kept:
         # finished keys never ask, so a resume costs what its new studies cost.
         self.ranking = ModelRanking(self.spec, self.smem_limit)
+        self.ahead = CompilesAhead(self.executor, self.smem_limit)
         todo: queue.Queue[KeyPlan] = queue.Queue()
         self.order = self._unfinished(plans)
         for plan in self.order:
@@ -123,6 +125,7 @@ class TuneJob:
             self.stop.set()
             raise
         finally:
+            self.ahead.close()
             self.ranking.close()
             self.claims.close()
             self.store.finish_run(self.run_row, status)
@@ -190,17 +193,26 @@ class TuneJob:
         GPU does not wait for the model between studies; not those that will start from
         near keys' winners, unranked (_warm_start): next to a key tuned already, or to one
         planned before them. The ranking is pure Python: ranked for nothing, it would take
-        the interpreter's lock from this study's steps for seconds."""
+        the interpreter's lock from this study's steps for seconds. Their first configs
+        compile ahead (tuner.search.ahead): near keys' winners or the nearest winners at
+        once, the model's picks once ranked; none where the winner that will start a study
+        is not found yet."""
         after = self.order[self.order.index(plan) + 1:][:self.executor.slots]
         for upcoming in after:
-            earlier = self.order[:self.order.index(upcoming)]
-            if self._confirms_near() and (any(
-                    p.kernel == upcoming.kernel and p.shape.dtype == upcoming.shape.dtype
-                    and log_distance(p.key, upcoming.shape) <= NEAR_KEYS for p in earlier)
-                    or self._near_winners(upcoming, self.kernel_rows[upcoming.kernel])):
-                continue
-            self.ranking.prefetch(KERNELS[upcoming.kernel], self.spaces[upcoming.kernel],
-                                  upcoming.shape)
+            kernel, space = KERNELS[upcoming.kernel], self.spaces[upcoming.kernel]
+            kernel_row = self.kernel_rows[upcoming.kernel]
+            if self._confirms_near():
+                if near := self._near_winners(upcoming, kernel_row):
+                    self.ahead.compile(upcoming, kernel, space, [w.config for w in near])
+                    continue
+                earlier = self.order[:self.order.index(upcoming)]
+                if any(p.kernel == upcoming.kernel and p.shape.dtype == upcoming.shape.dtype
+                       and log_distance(p.key, upcoming.shape) <= NEAR_KEYS for p in earlier):
+                    continue
+            self.ahead.compile(upcoming, kernel, space, nearest_winner_configs(
+                self.store, self.device, kernel_row, space, upcoming.shape))
+            self.ahead.compile_ranked(upcoming, kernel, space,
+                                      self.ranking.prefetch(kernel, space, upcoming.shape))
 
     def _device_loop(self, slot: int, todo: queue.Queue) -> None:
         while not self.stop.is_set():

@@ -208,9 +208,10 @@ class ModelRanking:
             picks = model_configs(kernel, space, shape, self.spec, self.smem_limit, self.count)
         return [dict(c) for c in picks]
 
-    def prefetch(self, kernel, space: SearchSpace, shape: Shape) -> None:
-        """Start ranking a study that is to come, in the background."""
-        self._future(kernel, space, shape, ahead=True)
+    def prefetch(self, kernel, space: SearchSpace, shape: Shape) -> Future:
+        """Start ranking a study that is to come, in the background: the future of its
+        picks (raw: `configs` copies them), for what starts once they are known."""
+        return self._future(kernel, space, shape, ahead=True)
 
     def close(self) -> None:
         """Stop ranking ahead: the rankings not started are cancelled, the worker ends."""
