@@ -532,6 +532,71 @@ def test_the_descent_starts_from_the_best_tile_where_a_library_call_leads_within
     assert descent_start([(CUBLAS, 1.0)], library) == CUBLAS
 
 
+def test_under_a_host_paced_library_call_the_descent_starts_from_the_fastest_kernel():
+    """An eager study led by cuBLAS whose call the host paces: no tile within REACH by call
+    time (none is eligible: each kernel is over DEVICE_SLACK behind), so the descent starts
+    from the tile fastest on the device, screened or not, within REACH beyond the slack."""
+    from tuner.search.stopping import descent_start
+
+    near, far = TILES[0], TILES[1]
+    library = frozenset({"cublas"})
+    kernels = [(near, 1.0 + DEVICE_SLACK + REACH / 2), (far, 1.3)]
+    assert descent_start([(CUBLAS, 4.0)], library, (1.0, kernels)) == near
+    assert descent_start([(CUBLAS, 4.0)], library, (1.0, kernels[1:])) == CUBLAS
+    assert descent_start([(CUBLAS, 4.0)], library, (1.0, [])) == CUBLAS
+    assert descent_start([(CUBLAS, 4.0)], library) == CUBLAS
+
+
+class HostPacedExecutor(CublasExecutor):
+    """cuBLAS: a 1 ms kernel in a `cublas_call_ms` call. Every tile's kernel runs 1.10 ms but
+    FAST_TILE's 1.08 and its BLOCK_K neighbour's 1.02 (within DEVICE_SLACK); a tile's call
+    costs its kernel and 0.5 ms."""
+    FAST_TILE = {"variant": "general", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32,
+                 "GROUP_M": 8, "num_stages": 2, "num_warps": 4}
+    NEIGHBOUR = {**FAST_TILE, "BLOCK_K": 64}
+
+    def __init__(self, cublas_call_ms: float):
+        super().__init__(cublas_ms=1.0)
+        self.cublas_call_ms = cublas_call_ms
+
+    def kernel_ms(self, config) -> float:
+        return {"cublas": 1.0}.get(config["variant"]) or (
+            1.08 if config == self.FAST_TILE else 1.02 if config == self.NEIGHBOUR else 1.10)
+
+    def call_ms(self, config) -> float:
+        return self.cublas_call_ms if config["variant"] == "cublas" else (
+            self.kernel_ms(config) + 0.5)
+
+    def measure(self, slot, shape, seed, kernel_name, config, short=False):
+        (self.short if short else self.measured).append(config)
+        ms = self.kernel_ms(config)
+        loop = {} if short else dict(host_us=10.0, loop_ms=self.call_ms(config))
+        return TrialResult("ok", None, ms * 0.995, ms, ms * 1.005, 1.0, 1e-3, None, "x", **loop)
+
+    def retime(self, slot, shape, seed, kernel_name, configs, launch):
+        ms = [self.call_ms(c) if launch == EAGER else self.kernel_ms(c) for c in configs]
+        return [Timing(m * 0.995, m, m * 1.005, 30, "x") for m in ms]
+
+
+@pytest.mark.parametrize("cublas_call_ms", [4.0, 1.2])
+def test_an_eager_study_under_a_host_paced_cublas_descends_to_a_tile_within_the_slack(
+        world, cublas_call_ms):
+    """Paced by the host (a 4 ms call for a 1 ms kernel), cuBLAS leaves room for a tile whose
+    kernel comes within DEVICE_SLACK: the descent steps from the fastest tile, screened by
+    its short measure, to its neighbour, which wins by its call. With cuBLAS's call 1.2 ms
+    the tile's 1.52 cannot win: no descent."""
+    executor = HostPacedExecutor(cublas_call_ms)
+    fast = HostPacedExecutor.FAST_TILE
+    runner, _ = world.runner(executor, trials=2, space=WITH_CUBLAS, launch=EAGER, polish=6,
+                             early_stop=True, warm_start=[CUBLAS, fast])
+    outcome = runner.run()
+    assert fast in executor.short and fast not in executor.measured  # screened
+    if cublas_call_ms == 4.0:
+        assert outcome.best.params == HostPacedExecutor.NEIGHBOUR and runner.polished
+    else:
+        assert outcome.best.params == CUBLAS and not runner.polished
+
+
 def test_a_replay_where_cublas_narrowly_leads_polishes_the_best_tile():
     """cuBLAS 2% ahead of the best tile of 4096³: the study measures the model's top configs,
     then steps from the best of them (a BLOCK_K or a stage may take it past cuBLAS); 30%

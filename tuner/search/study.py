@@ -12,11 +12,12 @@ early by the rules of tuner.search.stopping: patience, and with `early_stop` the
 and a confirmed warm start (the warm start is then measured before the sampler is asked, so
 that those rules can judge it), or once its time budget is spent. Then up to `polish` more trials
 descend from the best config (stopping.descent_start: where cuBLAS leads, the best tile within
-reach of it), one parameter a step (its runnable neighbours not yet measured,
-round after round while the best moves): TPE spreads its trials over the whole space, and the
-best config's GROUP_M or BLOCK_K one value away can be faster still. At the
-end the top configs, where their trials left them within the noise between trials of each
-other, are re-timed side by side, and the winner is the best of that re-timing.
+reach of it; under a cuBLAS call the host paces, the tile fastest on the device), one parameter
+a step (its runnable neighbours not yet measured, round after round while the best moves):
+TPE spreads its trials over the whole space, and the best config's GROUP_M or BLOCK_K one value
+away can be faster still. At the end the top configs, where their trials left them within the
+noise between trials of each other, are re-timed side by side, and the winner is the best of
+that re-timing.
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -68,6 +69,7 @@ from tuner.search.phases import (
 from tuner.search.samplers import make_sampler
 from tuner.search.screening import screened
 from tuner.search.stopping import (
+    HOST_PACED,
     RUN_BUDGET,
     SPACE_SPENT,
     STUDY_BUDGET,
@@ -341,8 +343,9 @@ class StudyRunner:
         if (left <= 0 or not by_call or self._past_deadline()
                 or self.ended_by is not None and self.ended_by.rule == WARM_CONFIRMED):
             return False
+        library = library_variants(self.kernel)
         start = descent_start([(t.params, call_ms(t, self.budget.launch)) for t in by_call],
-                              library_variants(self.kernel))
+                              library, self._host_paced(by_call[0], library))
         steps = [c for c in self.space.neighbours(start)
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
@@ -352,6 +355,19 @@ class StudyRunner:
         self.polished += len(steps)
         self.queued += len(steps)
         return bool(steps)
+
+    def _host_paced(self, leader: Trial, library: frozenset[str]
+                    ) -> tuple[float, list[tuple[dict, float]]] | None:
+        """descent_start's `host_paced`, where this eager study's leader is a library call
+        the host paces (stopping.HOST_PACED): its kernel time, and every tile's measured in
+        full or screened (their short measure is a device time too)."""
+        if (self.budget.launch != EAGER or leader.params["variant"] not in library
+                or leader.loop_ms < HOST_PACED * leader.p50_ms):
+            return None
+        return leader.p50_ms, [
+            (t.params, t.p50_ms) for t in self.stored.values()
+            if t.status in (TrialStatus.OK, TrialStatus.SCREENED) and t.p50_ms is not None
+            and t.params["variant"] not in library]
 
     def _ask(self, study: optuna.Study, known_failures: set[str]) -> None:
         """Tops the configs in flight up to `batch`: each new, feasible config asked starts
