@@ -450,14 +450,23 @@ def test_a_near_winner_that_does_not_carry_over_leaves_the_study_to_search_on(tm
 
 
 @pytest.mark.slow
-def test_a_key_next_to_a_tuned_one_is_never_ranked_not_even_ahead(tmp_path):
+def test_a_key_next_to_a_tuned_one_is_ranked_only_in_the_worker_from_its_start(
+        tmp_path, monkeypatch):
     """The model's ranking takes the interpreter's lock for seconds: a study that will start
-    from a near key's winner (here one a former run tuned) is not ranked while the study
-    before it measures. The far key is ranked once, when its study starts."""
+    from a near key's winner (here one a former run tuned) is not ranked ahead, and never in
+    this process; its ranking starts in the ranking's worker with its study, for the search
+    that goes on if its near winners do not carry over. The far key is ranked once, here,
+    when its study starts."""
+    from tuner.search import warmstart
+
     budget = StudyBudget(8, None, 0, batch=8, patience=4, polish=2, early_stop=True)
     assert sweep(tmp_path, budget, ms=(64,)).rankings == 1
+    ranked_here, real = [], warmstart.model_configs
+    monkeypatch.setattr(warmstart, "model_configs",
+                        lambda *args: ranked_here.append(args[2].M) or real(*args))
     later = sweep(tmp_path, budget, ms=(4096, 128))
-    assert later.rankings == 1 and later.studies[-1].reason.startswith(WARM_CONFIRMED)
+    assert later.studies[-1].reason.startswith(WARM_CONFIRMED)
+    assert later.rankings == 2 and ranked_here == [4096]
     assert [s.shape_M for s in later.studies] == [64, 4096, 128]
 
 
@@ -687,6 +696,32 @@ def test_the_next_studys_ranking_is_computed_ahead_in_another_process(monkeypatc
     finally:
         ranking.close()
     assert picks == real(KERNELS["mm"], SPACE, shape, device_spec(H100), H100.smem_per_block)
+
+
+def test_a_ranking_ahead_still_queued_when_its_study_asks_is_ranked_there(monkeypatch):
+    """The worker ranks one shape at a time: a study whose ranking ahead waits behind
+    another's (one ranked for a study that did without it) ranks its own at once."""
+    import threading
+
+    from tuner.model.predict import device_spec
+    from tuner.search import warmstart
+
+    release, ranked_here = threading.Event(), []
+    real = warmstart.model_configs
+    monkeypatch.setattr(warmstart.ModelRanking, "_rank_in_worker",
+                        lambda self, kernel, space, shape: release.wait(30) and [])
+    monkeypatch.setattr(warmstart, "model_configs",
+                        lambda *args: ranked_here.append(args[2]) or real(*args))
+    ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block)
+    busy, queued = Shape(512, 512, 512, "fp16", "nn"), Shape(64, 512, 512, "fp16", "nn")
+    try:
+        ranking.prefetch(KERNELS["mm"], SPACE, busy)
+        behind = ranking.prefetch(KERNELS["mm"], SPACE, queued)
+        assert ranking.configs(KERNELS["mm"], SPACE, queued) and ranked_here == [queued]
+        assert behind.cancelled() and not release.is_set()
+    finally:
+        release.set()
+        ranking.close()
 
 
 def test_a_trials_call_time_is_its_launch_modes_figure_with_that_figures_spread():

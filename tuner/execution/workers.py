@@ -109,7 +109,8 @@ class Worker:
             if self.process.is_alive():
                 self.process.kill()
             self.process.join(timeout=30)
-            self.conn.close()
+            if self.conn is not None:  # None where `close` came while a thread starts it
+                self.conn.close()
         self.process = self.conn = None
 
     def call(self, fn: Callable, *args: Any, timeout: float | Callable[[], float]) -> Any:

@@ -156,7 +156,8 @@ class TuneJob:
         yet enqueues its configs, and an exhaustive one tries its whole space instead, so
         the model ranks (seconds) only for those that will use it. With early_stop, a key
         next to other tuned keys (within NEAR_KEYS) starts from their winners alone and ends
-        once they are measured: no ranking at all (not with retune: it asks for a search)."""
+        once they are measured, the model ranking only in the background, for the search
+        that goes on where they do not carry over (not with retune: it asks for a search)."""
         kernel, space = KERNELS[plan.kernel], self.spaces[plan.kernel]
         if self.budget.exhaustive:
             return WarmStart([])
@@ -164,6 +165,9 @@ class TuneJob:
         if self._confirms_near() and not record.trials:
             near = self._near_winners(plan, kernel_row)
             if near:
+                # Where they do not carry over, the search goes on from the model's picks:
+                # ranked meanwhile in the ranking's worker, while the near winners measure.
+                self.ranking.prefetch(kernel, space, plan.shape)
                 return WarmStart(merged(library, [w.config for w in near]),
                                  confirmation=warm_confirmation(near, plan.shape, self.spec),
                                  search_on=lambda: self._model_start(kernel, space, plan))

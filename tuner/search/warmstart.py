@@ -180,8 +180,11 @@ class ModelRanking:
         key = (kernel.name, kernel.source_hash, space.hash,
                shape.M, shape.N, shape.K, shape.dtype, shape.layout)
         with self._lock:
-            if key in self._ranked:
-                return self._ranked[key]
+            kept = self._ranked.get(key)
+            # Kept, unless a study asks for a ranking ahead still queued behind another
+            # (one ranked for a study that then did without): cancelled, ranked here.
+            if kept is not None and (ahead or not kept.cancel()):
+                return kept
             if ahead:
                 future = self._ahead.submit(self._rank_in_worker, kernel, space, shape)
             else:
@@ -199,9 +202,9 @@ class ModelRanking:
             future.set_exception(e)
 
     def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
-        """The model's picks for the shape: those ranked ahead, else ranked now; ranked
-        here too where the ranking ahead failed (a worker lost; a bug fails here again,
-        with its own traceback)."""
+        """The model's picks for the shape: those ranked ahead (waited for where the worker
+        ranks them now), else ranked now; ranked here too where the ranking ahead failed (a
+        worker lost; a bug fails here again, with its own traceback)."""
         try:
             picks = self._future(kernel, space, shape, ahead=False).result()
         except (TaskFailed, WorkerLost):
