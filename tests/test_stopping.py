@@ -450,13 +450,11 @@ def test_a_near_winner_that_does_not_carry_over_leaves_the_study_to_search_on(tm
 
 
 @pytest.mark.slow
-def test_a_key_next_to_a_tuned_one_is_ranked_only_in_the_worker_from_its_start(
-        tmp_path, monkeypatch):
+def test_a_key_next_to_a_tuned_one_is_ranked_only_in_the_worker(tmp_path, monkeypatch):
     """The model's ranking takes the interpreter's lock for seconds: a study that will start
-    from a near key's winner (here one a former run tuned) is not ranked ahead, and never in
-    this process; its ranking starts in the ranking's worker with its study, for the search
-    that goes on if its near winners do not carry over. The far key is ranked once, here,
-    when its study starts."""
+    from a near key's winner (here one a former run tuned) is never ranked in this process;
+    its ranking runs ahead in the ranking's worker, for the search that goes on if its near
+    winners do not carry over. The far key, first, is ranked once, here, as it starts."""
     from tuner.search import warmstart
 
     budget = StudyBudget(8, None, 0, batch=8, patience=4, polish=2, early_stop=True)
@@ -554,6 +552,17 @@ def test_under_a_host_paced_library_call_the_descent_starts_from_the_fastest_ker
     assert descent_start([(CUBLAS, 4.0)], library, (1.0, kernels[1:])) == CUBLAS
     assert descent_start([(CUBLAS, 4.0)], library, (1.0, [])) == CUBLAS
     assert descent_start([(CUBLAS, 4.0)], library) == CUBLAS
+
+
+def test_under_a_host_paced_library_call_patience_waits_while_tile_kernels_gain():
+    """cuBLAS leads every call; no tile is eligible yet, but each tile's kernel gains on the
+    last: patience waits, and runs out once they stop gaining too."""
+    library_call = [timed(4.0)] + [None] * 3  # the tiles: screened, so no call time
+    closing = [None, timed(1.3), timed(1.2), timed(1.1)]
+    assert search_stop(library_call, [], 3, None).rule == PATIENCE
+    assert search_stop(library_call, [], 3, None, closing) is None
+    stalled_tiles = [None, timed(1.1), timed(1.2), timed(1.15)]
+    assert search_stop(library_call, [], 2, None, stalled_tiles).rule == PATIENCE
 
 
 class HostPacedExecutor(CublasExecutor):
@@ -722,6 +731,26 @@ def test_a_ranking_ahead_still_queued_when_its_study_asks_is_ranked_there(monkey
     finally:
         release.set()
         ranking.close()
+
+
+@pytest.mark.slow
+def test_closing_the_ranking_while_its_worker_ranks_ends_the_worker_once():
+    """The job closes its ranking while the worker may be ranking for a study that never
+    came: the ranking is killed, the worker closed on the ranking's own thread (closed from
+    here as well, it was closed twice: 'Bad file descriptor' on an H100), and the job goes
+    on."""
+    from tuner.model.predict import device_spec
+    from tuner.search import warmstart
+
+    ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block)
+    running = ranking.prefetch(KERNELS["mm"], SPACE, Shape(512, 512, 512, "fp16", "nn"))
+    queued = ranking.prefetch(KERNELS["mm"], SPACE, Shape(64, 512, 512, "fp16", "nn"))
+    deadline = time.monotonic() + 60
+    while not running.running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ranking.close()
+    ranking._ahead.shutdown(wait=True)
+    assert queued.cancelled() and ranking._worker.process is None
 
 
 def test_a_trials_call_time_is_its_launch_modes_figure_with_that_figures_spread():

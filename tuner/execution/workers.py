@@ -109,8 +109,7 @@ class Worker:
             if self.process.is_alive():
                 self.process.kill()
             self.process.join(timeout=30)
-            if self.conn is not None:  # None where `close` came while a thread starts it
-                self.conn.close()
+            self.conn.close()
         self.process = self.conn = None
 
     def call(self, fn: Callable, *args: Any, timeout: float | Callable[[], float]) -> Any:
@@ -147,3 +146,10 @@ class Worker:
 
     def close(self) -> None:
         self._discard()
+
+    def kill(self) -> None:
+        """End the child now, from any thread: a call in progress on another raises
+        WorkerLost there, which discards it."""
+        process = self.process
+        if process is not None and process.is_alive():
+            process.kill()

@@ -165,8 +165,8 @@ class TuneJob:
         if self._confirms_near() and not record.trials:
             near = self._near_winners(plan, kernel_row)
             if near:
-                # Where they do not carry over, the search goes on from the model's picks:
-                # ranked meanwhile in the ranking's worker, while the near winners measure.
+                # Where they do not carry over, the search goes on from the model's picks,
+                # ranked in the ranking's worker (ahead, or from now) as the near ones measure.
                 self.ranking.prefetch(kernel, space, plan.shape)
                 return WarmStart(merged(library, [w.config for w in near]),
                                  confirmation=warm_confirmation(near, plan.shape, self.spec),
@@ -193,14 +193,13 @@ class TuneJob:
                                plan.shape, within=NEAR_KEYS)
 
     def _rank_ahead(self, plan: KeyPlan) -> None:
-        """Start ranking the studies the device threads take after this one, so that the
-        GPU does not wait for the model between studies; not those that will start from
-        near keys' winners, unranked (_warm_start): next to a key tuned already, or to one
-        planned before them. The ranking is pure Python: ranked for nothing, it would take
-        the interpreter's lock from this study's steps for seconds. Their first configs
-        compile ahead (tuner.search.ahead): near keys' winners or the nearest winners at
-        once, the model's picks once ranked; none where the winner that will start a study
-        is not found yet."""
+        """Start ranking the studies the device threads take after this one, in the
+        ranking's worker, so that the GPU does not wait for the model between studies: also
+        those that will start from near keys' winners (_warm_start), for the search that
+        goes on where those do not carry over; not those next to a key planned before them,
+        whose winner is not known yet. Their first configs compile ahead
+        (tuner.search.ahead): near keys' winners or the nearest winners at once, the
+        model's picks once ranked."""
         after = self.order[self.order.index(plan) + 1:][:self.executor.slots]
         for upcoming in after:
             kernel, space = KERNELS[upcoming.kernel], self.spaces[upcoming.kernel]
@@ -208,6 +207,7 @@ class TuneJob:
             if self._confirms_near():
                 if near := self._near_winners(upcoming, kernel_row):
                     self.ahead.compile(upcoming, kernel, space, [w.config for w in near])
+                    self.ranking.prefetch(kernel, space, upcoming.shape)
                     continue
                 earlier = self.order[:self.order.index(upcoming)]
                 if any(p.kernel == upcoming.kernel and p.shape.dtype == upcoming.shape.dtype

@@ -189,12 +189,17 @@ class ModelBound:
 
 
 def search_stop(calls: Sequence[CallTime | None], device_ms: Sequence[tuple[Mapping, float]],
-                patience: int | None, bound: ModelBound | None) -> Stop | None:
+                patience: int | None, bound: ModelBound | None,
+                tile_kernels: Sequence[CallTime | None] | None = None) -> Stop | None:
     """Why the sampler's part of a study ends now (the model's bound first, then patience),
     or None: `calls` are the attempted trials' times per call in order (as `stalled`
-    takes them), `device_ms` the (config, device ms) of those that ran."""
+    takes them), `device_ms` the (config, device ms) of those that ran. `tile_kernels`,
+    under a library call the host paces (HOST_PACED): per attempted trial, its kernel time
+    where it is a tile (measured in full or screened), else None. While those still gain,
+    the tiles are closing on DEVICE_SLACK, where a tile's leaner call wins by far: patience
+    waits for them too."""
     if bound is not None and (why := bound.reason(device_ms)):
         return why
-    if stalled(calls, patience):
+    if stalled(calls, patience) and (tile_kernels is None or stalled(tile_kernels, patience)):
         return Stop(PATIENCE, f"{patience} trials in a row without a gain beyond the noise")
     return None

@@ -244,7 +244,7 @@ class StudyRunner:
             ran = [(t.params, t.p50_ms) for t in self.stored.values()
                    if t.status in (TrialStatus.OK, TrialStatus.SCREENED) and t.p50_ms]
             why = search_stop(self._attempted_calls(), ran, self.budget.patience,
-                              self.bound)
+                              self.bound, self._tile_kernels())
         self.ended_by = why
         return why
 
@@ -343,9 +343,11 @@ class StudyRunner:
         if (left <= 0 or not by_call or self._past_deadline()
                 or self.ended_by is not None and self.ended_by.rule == WARM_CONFIRMED):
             return False
-        library = library_variants(self.kernel)
+        host_paced = None
+        if self._host_paced_library() is not None:
+            host_paced = by_call[0].p50_ms, [(t.params, t.p50_ms) for t in self._tiles_timed()]
         start = descent_start([(t.params, call_ms(t, self.budget.launch)) for t in by_call],
-                              library, self._host_paced(by_call[0], library))
+                              library_variants(self.kernel), host_paced)
         steps = [c for c in self.space.neighbours(start)
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
@@ -356,18 +358,33 @@ class StudyRunner:
         self.queued += len(steps)
         return bool(steps)
 
-    def _host_paced(self, leader: Trial, library: frozenset[str]
-                    ) -> tuple[float, list[tuple[dict, float]]] | None:
-        """descent_start's `host_paced`, where this eager study's leader is a library call
-        the host paces (stopping.HOST_PACED): its kernel time, and every tile's measured in
-        full or screened (their short measure is a device time too)."""
-        if (self.budget.launch != EAGER or leader.params["variant"] not in library
+    def _host_paced_library(self) -> Trial | None:
+        """The best so far where this is an eager study and that is a library call the host
+        paces (stopping.HOST_PACED), else None."""
+        if self.budget.launch != EAGER:
+            return None
+        leader = next(iter(ranked(self.stored.values(), EAGER)), None)
+        if (leader is None or leader.params["variant"] not in library_variants(self.kernel)
                 or leader.loop_ms < HOST_PACED * leader.p50_ms):
             return None
-        return leader.p50_ms, [
-            (t.params, t.p50_ms) for t in self.stored.values()
-            if t.status in (TrialStatus.OK, TrialStatus.SCREENED) and t.p50_ms is not None
-            and t.params["variant"] not in library]
+        return leader
+
+    def _tiles_timed(self) -> list[Trial]:
+        """The tiles with a device time, measured in full or screened (a short measure's
+        is one too), in the order attempted."""
+        library = library_variants(self.kernel)
+        return [t for t in sorted(self.stored.values(), key=lambda t: t.number)
+                if t.status in (TrialStatus.OK, TrialStatus.SCREENED)
+                and t.p50_ms is not None and t.params["variant"] not in library]
+
+    def _tile_kernels(self) -> list[CallTime | None] | None:
+        """search_stop's `tile_kernels` under a library call the host paces, else None."""
+        if self._host_paced_library() is None:
+            return None
+        timed = {t.id: CallTime(t.p20_ms or t.p50_ms, t.p50_ms, t.p80_ms or t.p50_ms)
+                 for t in self._tiles_timed()}
+        return [timed.get(t.id) for t in sorted(self.stored.values(), key=lambda t: t.number)
+                if t.status != TrialStatus.INFEASIBLE]
 
     def _ask(self, study: optuna.Study, known_failures: set[str]) -> None:
         """Tops the configs in flight up to `batch`: each new, feasible config asked starts

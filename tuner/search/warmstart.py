@@ -217,9 +217,15 @@ class ModelRanking:
         return self._future(kernel, space, shape, ahead=True)
 
     def close(self) -> None:
-        """Stop ranking ahead: the rankings not started are cancelled, the worker ends."""
-        self._ahead.shutdown(wait=False, cancel_futures=True)
-        self._worker.close()
+        """Stop ranking ahead: the rankings not started are cancelled, the one running is
+        killed, and the worker is closed on the ranking thread, the one thread that uses
+        it (closed here, it could be closed twice: here and by the call it killed)."""
+        self._ahead.submit(self._worker.close)
+        self._ahead.shutdown(wait=False, cancel_futures=False)
+        with self._lock:
+            for future in self._ranked.values():
+                future.cancel()
+        self._worker.kill()
 
     def __len__(self) -> int:
         """How many rankings were asked for (what a resume should keep at its new studies)."""
