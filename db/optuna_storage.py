@@ -15,6 +15,7 @@ import warnings
 import optuna
 from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
 from optuna.storages._rdb import models
+from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState, create_trial
 from sqlalchemy import create_engine, event, inspect, text
 
@@ -64,6 +65,23 @@ class TunerStorage(optuna.storages.RDBStorage):
         state.pop("_heartbeat", None)
         state.pop("cached", None)
         return state
+
+    def set_trial_params(self, trial_id: int, params: list[tuple]) -> None:
+        """set_trial_param's (name, internal value, distribution, the study's previous
+        distribution of it, checked against the new by the caller) for one trial, in one
+        transaction; where the caller knew no previous one, Optuna looks for it here."""
+        with _create_scoped_session(self.scoped_session, True) as session:
+            trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+            self.check_trial_is_updatable(trial_id, trial.state)
+            for name, value, distribution, previous in params:
+                if previous is None:
+                    self._set_trial_param_without_commit(session, trial_id, name, value,
+                                                         distribution)
+                else:
+                    session.add(models.TrialParamModel(
+                        trial_id=trial_id, param_name=name, param_value=value,
+                        distribution_json=optuna.distributions.distribution_to_json(
+                            distribution)))
 
     @functools.cached_property
     def cached(self) -> OwnWritesCache:
@@ -139,6 +157,7 @@ class OwnWritesCache(_CachedStorage):
     def __init__(self, backend: TunerStorage):
         super().__init__(backend)
         self._held: set[int] = set()  # unfinished trials this process created or popped
+        self._unwritten: dict[int, list[tuple]] = {}  # per held trial, set_trial_param's
         self._newest: dict[int, int] = {}  # per study, the highest trial id read or created
 
     def create_new_trial(self, study_id, template_trial=None):
@@ -150,24 +169,51 @@ class OwnWritesCache(_CachedStorage):
         return trial_id
 
     def set_trial_param(self, trial_id, param_name, param_value_internal, distribution):
-        super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+        """A held trial's parameter is kept here until `write_params` or the trial's next
+        write: a config's parameters are drawn one by one, and a transaction each cost a
+        study's asks more than its sampler did."""
         with self._lock:
-            if trial_id in self._held:
+            if trial_id not in self._held:
+                held = False
+            else:
+                held = True
+                study = self._studies[self._trial_id_to_study_id_and_number[trial_id][0]]
+                previous = study.param_distribution.get(param_name)
+                if previous is None:
+                    study.param_distribution[param_name] = distribution
+                else:  # what Optuna checks as it writes: raised here, as it would be
+                    optuna.distributions.check_distribution_compatibility(previous,
+                                                                          distribution)
+                self._unwritten.setdefault(trial_id, []).append(
+                    (param_name, param_value_internal, distribution, previous))
                 trial = self._cached(trial_id)
                 trial.params[param_name] = distribution.to_external_repr(param_value_internal)
                 trial.distributions[param_name] = distribution
+        if not held:
+            super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+
+    def write_params(self, trial_id: int) -> None:
+        """Write the trial's parameters kept since its last write, in one transaction: a
+        config left in flight has them on the database, for a resume to redo it."""
+        with self._lock:
+            unwritten = self._unwritten.pop(trial_id, None)
+        if unwritten:
+            self._backend.set_trial_params(trial_id, unwritten)
 
     def set_trial_state_values(self, trial_id, state, values=None):
+        self.write_params(trial_id)
         changed = super().set_trial_state_values(trial_id, state, values)
         if changed and (trial_id in self._held or state == TrialState.RUNNING):
             self._reread(trial_id)  # popped from the queue (now held), or finished
         return changed
 
     def set_trial_user_attr(self, trial_id, key, value):
+        self.write_params(trial_id)
         super().set_trial_user_attr(trial_id, key, value)
         self._reread(trial_id)
 
     def set_trial_system_attr(self, trial_id, key, value):
+        self.write_params(trial_id)
         super().set_trial_system_attr(trial_id, key, value)
         self._reread(trial_id)
 

@@ -45,6 +45,7 @@ def test_what_the_cache_holds_is_what_the_database_holds(tmp_path):
     in_flight = []
     for value in range(12):
         trial = study.ask(SPACE)
+        storage.cached.write_params(trial._trial_id)  # as a study leaves a config in flight
         in_flight.append(trial)
         if len(in_flight) > 3:  # a batch in flight, told in order
             study.tell(in_flight.pop(0), float(value))
@@ -56,6 +57,20 @@ def test_what_the_cache_holds_is_what_the_database_holds(tmp_path):
     assert {t.state for t in fresh.trials} == {TrialState.COMPLETE, TrialState.FAIL,
                                               TrialState.RUNNING}
     assert all(t.system_attrs[OWNER_ATTR] == storage.owner for t in fresh.trials)
+
+
+def test_a_held_trials_parameters_are_written_together_once_it_is_left_or_told(tmp_path):
+    """Drawn one by one, a config's parameters would be a transaction each: they are kept
+    until the asker leaves the trial in flight (write_params) or tells it."""
+    url, storage = _storage(tmp_path)
+    study = optuna.create_study(study_name="s", storage=storage.cached, direction="maximize")
+    left, told = study.ask(SPACE), study.ask(SPACE)
+    fresh = optuna.storages.RDBStorage(url)
+    assert fresh.get_trial(left._trial_id).params == {}
+    storage.cached.write_params(left._trial_id)
+    study.tell(told, 1.0)
+    assert fresh.get_trial(left._trial_id).params == left.params
+    assert fresh.get_trial(told._trial_id).params == told.params
 
 
 def test_reading_held_trials_costs_no_query_and_others_are_read_again(tmp_path):
