@@ -173,10 +173,8 @@ class OwnWritesCache(_CachedStorage):
         write: a config's parameters are drawn one by one, and a transaction each cost a
         study's asks more than its sampler did."""
         with self._lock:
-            if trial_id not in self._held:
-                held = False
-            else:
-                held = True
+            held = trial_id in self._held
+            if held:
                 study = self._studies[self._trial_id_to_study_id_and_number[trial_id][0]]
                 previous = study.param_distribution.get(param_name)
                 if previous is None:
