@@ -217,11 +217,14 @@ class StudyRunner:
                     and call_time(t, self.budget.launch) is not None),
                    key=lambda t: t.p50_ms, default=None)
 
+    def _attempted(self) -> list[Trial]:
+        """The trials attempted (all but the infeasible), in order."""
+        return [t for t in sorted(self.stored.values(), key=lambda t: t.number)
+                if t.status != TrialStatus.INFEASIBLE]
+
     def _attempted_calls(self) -> list[CallTime | None]:
         """Each attempted trial's time per call by the launch mode's figure, in order."""
-        return [call_time(t, self.budget.launch)
-                for t in sorted(self.stored.values(), key=lambda t: t.number)
-                if t.status != TrialStatus.INFEASIBLE]
+        return [call_time(t, self.budget.launch) for t in self._attempted()]
 
     def _opening(self) -> bool:
         """With early_stop, whether the warm start is still being measured: all of it asked
@@ -344,8 +347,9 @@ class StudyRunner:
                 or self.ended_by is not None and self.ended_by.rule == WARM_CONFIRMED):
             return False
         host_paced = None
-        if self._host_paced_library() is not None:
-            host_paced = by_call[0].p50_ms, [(t.params, t.p50_ms) for t in self._tiles_timed()]
+        if (leader := self._host_paced_library()) is not None:
+            host_paced = leader.p50_ms, [(t.params, t.p50_ms) for t in self._attempted()
+                                         if self._timed_tile(t)]
         start = descent_start([(t.params, call_ms(t, self.budget.launch)) for t in by_call],
                               library_variants(self.kernel), host_paced)
         steps = [c for c in self.space.neighbours(start)
@@ -369,22 +373,19 @@ class StudyRunner:
             return None
         return leader
 
-    def _tiles_timed(self) -> list[Trial]:
-        """The tiles with a device time, measured in full or screened (a short measure's
-        is one too), in the order attempted."""
-        library = library_variants(self.kernel)
-        return [t for t in sorted(self.stored.values(), key=lambda t: t.number)
-                if t.status in (TrialStatus.OK, TrialStatus.SCREENED)
-                and t.p50_ms is not None and t.params["variant"] not in library]
+    def _timed_tile(self, trial: Trial) -> bool:
+        """Whether the trial is a tile with a device time, measured in full or screened (a
+        short measure's is one too)."""
+        return (trial.status in (TrialStatus.OK, TrialStatus.SCREENED)
+                and trial.p50_ms is not None
+                and trial.params["variant"] not in library_variants(self.kernel))
 
     def _tile_kernels(self) -> list[CallTime | None] | None:
         """search_stop's `tile_kernels` under a library call the host paces, else None."""
         if self._host_paced_library() is None:
             return None
-        timed = {t.id: CallTime(t.p20_ms or t.p50_ms, t.p50_ms, t.p80_ms or t.p50_ms)
-                 for t in self._tiles_timed()}
-        return [timed.get(t.id) for t in sorted(self.stored.values(), key=lambda t: t.number)
-                if t.status != TrialStatus.INFEASIBLE]
+        return [CallTime(t.p20_ms or t.p50_ms, t.p50_ms, t.p80_ms or t.p50_ms)
+                if self._timed_tile(t) else None for t in self._attempted()]
 
     def _ask(self, study: optuna.Study, known_failures: set[str]) -> None:
         """Tops the configs in flight up to `batch`: each new, feasible config asked starts
