@@ -41,7 +41,8 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path):
     db = tmp_path / "tune.db"
     command = [sys.executable, str(ROOT / "cli.py"), "run", "--shapes", "shapes.csv",
                "--space", "space.yaml", "--backend", "interpret", "--trials", str(TRIALS),
-               "--polish", "0", "--batch", "3", "--db", f"sqlite:///{db}"]
+               "--polish", "0", "--patience", str(TRIALS), "--batch", "3",
+               "--db", f"sqlite:///{db}"]  # patience: the trial budget alone ends the study
     first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 180
