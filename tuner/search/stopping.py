@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tuner.execution.timing import is_tie
-from tuner.objective import DEVICE_SLACK, CallTime
+from tuner.objective import CallTime
 from tuner.search.screening import REACH
 from tuner.space import config_signature
 
@@ -49,7 +49,7 @@ MIN_CALIBRATION = 4  # measured configs the model's bound needs before it can en
 WARM_MARGIN = 0.05
 # A library call whose eager call takes this many times its kernel's time is paced by the
 # host (cuBLAS's small GEMMs: a 5 us kernel in a 20 us call), where a tile's leaner call can
-# win by half of it (descent_start).
+# win by half of it (tuner.search.screening's HOST_PACED_REACH, search_stop's tile_kernels).
 HOST_PACED = 2.0
 SPREAD_Z = 2.0  # how many spreads below the mean factor an untried config may fall
 # The least spread (of log measured/predicted) assumed: the model's top configs, measured
@@ -66,30 +66,18 @@ STUDY_BUDGET = "study budget"
 RUN_BUDGET = "run budget"
 
 
-def descent_start(by_time: Sequence[tuple[Mapping, float]], library: frozenset[str],
-                  host_paced: tuple[float, Sequence[tuple[Mapping, float]]] | None = None
+def descent_start(by_time: Sequence[tuple[Mapping, float]], library: frozenset[str]
                   ) -> Mapping:
     """The config the polish steps descend from (tuner.search.study, and its replay), given
     the measured (config, time) fastest first: the best; where that is a library call, which
     has nothing of its own to step, the best tile where it is within REACH of it, since a
-    step or two (a BLOCK_K, a stage) may take it past.
-
-    `host_paced`, for an eager study whose library call the host paces (HOST_PACED): that
-    call's kernel time and every tile's (config, kernel time), measured in full or screened.
-    A tile with a cheaper call wins there by far once its kernel comes within DEVICE_SLACK
-    of the library's (tuner.objective), so where no tile is in reach by call time, the
-    descent starts from the tile fastest on the device within REACH beyond that slack."""
+    step or two (a BLOCK_K, a stage) may take it past."""
     best, best_time = by_time[0]
     if best["variant"] not in library:
         return best
     tile = next(((c, t) for c, t in by_time if c["variant"] not in library), None)
     if tile is not None and tile[1] <= best_time * (1 + REACH):
         return tile[0]
-    if host_paced is not None and host_paced[1]:
-        library_ms, tiles = host_paced
-        config, kernel_ms = min(tiles, key=lambda pair: pair[1])
-        if kernel_ms <= library_ms * (1 + DEVICE_SLACK + REACH):
-            return config
     return best
 
 

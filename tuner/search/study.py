@@ -12,12 +12,11 @@ early by the rules of tuner.search.stopping: patience, and with `early_stop` the
 and a confirmed warm start (the warm start is then measured before the sampler is asked, so
 that those rules can judge it), or once its time budget is spent. Then up to `polish` more trials
 descend from the best config (stopping.descent_start: where cuBLAS leads, the best tile within
-reach of it; under a cuBLAS call the host paces, the tile fastest on the device), one parameter
-a step (its runnable neighbours not yet measured, round after round while the best moves):
-TPE spreads its trials over the whole space, and the best config's GROUP_M or BLOCK_K one value
-away can be faster still. At the end the top configs, where their trials left them within the
-noise between trials of each other, are re-timed side by side, and the winner is the best of
-that re-timing.
+reach of it), one parameter a step (its runnable neighbours not yet measured, round after
+round while the best moves): TPE spreads its trials over the whole space, and the best
+config's GROUP_M or BLOCK_K one value away can be faster still. At the end the top configs,
+where their trials left them within the noise between trials of each other, are re-timed
+side by side, and the winner is the best of that re-timing.
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -67,7 +66,7 @@ from tuner.search.phases import (
     Phases,
 )
 from tuner.search.samplers import make_sampler
-from tuner.search.screening import screened
+from tuner.search.screening import HOST_PACED_REACH, REACH, screened
 from tuner.search.stopping import (
     HOST_PACED,
     RUN_BUDGET,
@@ -346,12 +345,8 @@ class StudyRunner:
         if (left <= 0 or not by_call or self._past_deadline()
                 or self.ended_by is not None and self.ended_by.rule == WARM_CONFIRMED):
             return False
-        host_paced = None
-        if (leader := self._host_paced_library()) is not None:
-            host_paced = leader.p50_ms, [(t.params, t.p50_ms) for t in self._attempted()
-                                         if self._timed_tile(t)]
         start = descent_start([(t.params, call_ms(t, self.budget.launch)) for t in by_call],
-                              library_variants(self.kernel), host_paced)
+                              library_variants(self.kernel))
         steps = [c for c in self.space.neighbours(start)
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
@@ -372,6 +367,13 @@ class StudyRunner:
                 or leader.loop_ms < HOST_PACED * leader.p50_ms):
             return None
         return leader
+
+    def _reach(self, config: dict) -> float:
+        """How far behind the fastest kernel a config's short measure may fall and still be
+        measured in full (tuner.search.screening): further for a tile under a library call
+        the host paces."""
+        tile = config["variant"] not in library_variants(self.kernel)
+        return HOST_PACED_REACH if tile and self._host_paced_library() is not None else REACH
 
     def _timed_tile(self, trial: Trial) -> bool:
         """Whether the trial is a tile with a device time, measured in full or screened (a
@@ -437,7 +439,8 @@ class StudyRunner:
             if best is not None:
                 with self.phases.timed(SHORT_MEASURE):
                     short = measure(short=True)
-                result = short if short.status != TrialStatus.OK else screened(short, best)
+                result = (short if short.status != TrialStatus.OK
+                          else screened(short, best, self._reach(pending.params)))
             if result is None and best is not None and self._past_deadline():
                 study.tell(pending.trial, state=TrialState.FAIL)  # as if left in flight
                 return
