@@ -40,8 +40,9 @@ get their own peak rates and bandwidth but Hopper's rules.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -272,18 +273,21 @@ def predicted_tflops(shape: Shape, ms: float) -> float:
 
 
 def _scored(shape: Shape, space: SearchSpace, spec: DeviceSpec,
-            allow_tf32: bool) -> list[tuple]:
-    """(ms, shared memory, warps, index, config) for every modelled config of the space,
-    fastest first. Ties go to the config using fewer resources, as in the tuner's final
-    re-timing, then to the space's order."""
+            allow_tf32: bool) -> Iterator[tuple[float, dict]]:
+    """(ms, config) for every modelled config of the space, fastest first. Ties go to the
+    config using fewer resources (shared memory, then warps), as in the tuner's final
+    re-timing, then to the space's order. Most configs tie with others (a few thousand
+    distinct times in 300,000 configs): shared memory is reckoned for a tie only once the
+    caller reaches it, where for every config it would cost a fifth of the ranking."""
     operands = _operands(shape, 0, allow_tf32)  # padding changes neither dtype nor itemsize
     seconds = _shape_timer(shape, spec, allow_tf32)
-    scored = [(seconds(config) * 1e3, _smem_bytes(config, operands), config.get("num_warps", 0),
-               index, config)
-              for index, config in enumerate(space.configs())
-              if _modelled(config["variant"])]
-    scored.sort(key=lambda entry: entry[:4])
-    return scored
+    modelled = {name for name in _variants() if _modelled(name)}
+    scored = [(seconds(config) * 1e3, config) for config in space.configs()
+              if config["variant"] in modelled]
+    scored.sort(key=lambda entry: entry[0])  # stable: the space's order within a tie
+    for _, tie in itertools.groupby(scored, key=lambda entry: entry[0]):
+        yield from sorted(tie, key=lambda entry: (_smem_bytes(entry[1], operands),
+                                                  entry[1].get("num_warps", 0)))
 
 
 def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
@@ -305,7 +309,7 @@ def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
     limit = smem_limit or spec.smem_per_block
     ranked: list[tuple[float, dict]] = []
     taken: set = set()
-    for ms, *_, config in _scored(shape, space, spec, allow_tf32):
+    for ms, config in _scored(shape, space, spec, allow_tf32):
         tag = None if distinct is None else distinct(config)
         if tag is not None and tag in taken:
             continue
