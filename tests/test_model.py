@@ -346,6 +346,31 @@ def test_ranked_configs_are_feasible_sorted_and_complete(shape, k, smem_limit):
     assert len(ranked) == (feasible if k is None else min(k, feasible))
 
 
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+def test_a_spaces_parts_hold_each_of_its_configs_once_at_its_index(parts):
+    space = SMALL_SPACES["mm"]
+    indexed = sorted((index, sorted(config.items())) for part in range(parts)
+                     for index, config in space.indexed_configs((part, parts)))
+    assert indexed == [(i, sorted(c.items())) for i, c in enumerate(space.configs())]
+    assert len(indexed) == space.size
+
+
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=shapes(max_dim=5000), parts=st.integers(2, 5), count=st.integers(1, 8))
+def test_picks_ranked_in_parts_and_merged_are_the_picks_ranked_whole(shape, parts, count):
+    """What the ranking workers return (each every parts-th config of the space), merged, is
+    the warm start's picks ranked in one process: the same configs in the same order."""
+    from tuner.search.warmstart import _model_picks, model_configs
+
+    kernel = kernel_for(shape.M, shape.N)
+    space = SMALL_SPACES[kernel.name]
+    picks = [pick for part in range(parts) for pick in _model_picks(
+        kernel, space, shape, H200, H200.smem_per_block, count, (part, parts))]
+    merged = _model_picks(kernel, space, shape, H200, H200.smem_per_block, count, picks=picks)
+    whole = model_configs(kernel, space, shape, H200, H200.smem_per_block, count)
+    assert [config for _, config in merged] == whole
+
+
 # --- sanity check against the anchors -----------------------------------------------------
 
 # The anchor measurements: one H200, bf16, row-major A and B, a plain pointer

@@ -664,10 +664,11 @@ def test_timeout_is_the_deprecated_name_of_budget_s(shapes_dir, monkeypatch):
 # -- overlap -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_the_next_studys_ranking_is_computed_ahead_in_another_process(monkeypatch):
-    """A prefetched ranking is computed once, in the ranking worker: seconds of pure Python
-    that would hold this process's interpreter lock against the running study's steps. The
-    study that asks for it later gets it without ranking again; where the worker was lost,
-    it is ranked where it is asked."""
+    """A prefetched ranking is computed once, in the ranking workers (here two, each ranking
+    half the space): seconds of pure Python that would hold this process's interpreter lock
+    against the running study's steps. The study that asks for it later gets it, the same
+    picks as ranked whole, without ranking again; where a worker was lost, it is ranked
+    where it is asked."""
     from tuner.model.predict import device_spec
     from tuner.search import warmstart
 
@@ -678,13 +679,14 @@ def test_the_next_studys_ranking_is_computed_ahead_in_another_process(monkeypatc
         ranked_here.append(args[2])
         return real(*args)
     monkeypatch.setattr(warmstart, "model_configs", spying)
-    ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block)
+    ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block, parts=2)
     shape, lost = Shape(512, 512, 512, "fp16", "nn"), Shape(64, 512, 512, "fp16", "nn")
     try:
         ranking.prefetch(KERNELS["mm"], SPACE, shape)
         picks = ranking.configs(KERNELS["mm"], SPACE, shape)
         assert not ranked_here
-        ranking._worker.close()
+        for worker in ranking._workers:
+            worker.close()
         monkeypatch.setattr(warmstart, "RANKING_TIMEOUT_S", 1e-3)  # lost at once
         ranking.prefetch(KERNELS["mm"], SPACE, lost)
         assert ranking.configs(KERNELS["mm"], SPACE, lost) and ranked_here == [lost]
@@ -694,7 +696,7 @@ def test_the_next_studys_ranking_is_computed_ahead_in_another_process(monkeypatc
 
 
 def test_a_ranking_ahead_still_queued_when_its_study_asks_is_ranked_there(monkeypatch):
-    """The worker ranks one shape at a time: a study whose ranking ahead waits behind
+    """The workers rank one shape at a time: a study whose ranking ahead waits behind
     another's (one ranked for a study that did without it) ranks its own at once."""
     import threading
 
@@ -703,7 +705,7 @@ def test_a_ranking_ahead_still_queued_when_its_study_asks_is_ranked_there(monkey
 
     release, ranked_here = threading.Event(), []
     real = warmstart.model_configs
-    monkeypatch.setattr(warmstart.ModelRanking, "_rank_in_worker",
+    monkeypatch.setattr(warmstart.ModelRanking, "_rank_in_workers",
                         lambda self, kernel, space, shape: release.wait(30) and [])
     monkeypatch.setattr(warmstart, "model_configs",
                         lambda *args: ranked_here.append(args[2]) or real(*args))
@@ -728,7 +730,7 @@ def test_closing_the_ranking_while_its_worker_ranks_ends_the_worker_once():
     from tuner.model.predict import device_spec
     from tuner.search import warmstart
 
-    ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block)
+    ranking = warmstart.ModelRanking(device_spec(H100), H100.smem_per_block, parts=2)
     running = ranking.prefetch(KERNELS["mm"], SPACE, Shape(512, 512, 512, "fp16", "nn"))
     queued = ranking.prefetch(KERNELS["mm"], SPACE, Shape(64, 512, 512, "fp16", "nn"))
     deadline = time.monotonic() + 60
@@ -736,7 +738,7 @@ def test_closing_the_ranking_while_its_worker_ranks_ends_the_worker_once():
         time.sleep(0.01)
     ranking.close()
     ranking._ahead.shutdown(wait=True)
-    assert queued.cancelled() and ranking._worker.process is None
+    assert queued.cancelled() and all(w.process is None for w in ranking._workers)
 
 
 def test_a_trials_call_time_is_its_launch_modes_figure_with_that_figures_spread():

@@ -99,10 +99,18 @@ class SearchSpace:
 
     def configs(self):
         """Every config of the space, variant by variant (`size` of them), in a fixed order."""
-        for variant, names in self.variant_params.items():
-            names = names[1:]
-            for values in itertools.product(*(self.params[n] for n in names)):
-                yield {"variant": variant, **dict(zip(names, values))}
+        return (config for _, config in self.indexed_configs())
+
+    def indexed_configs(self, part: tuple[int, int] = (0, 1)):
+        """(index in that order, config) of every part[1]-th config from the part[0]-th: a
+        part of the space for one of several processes (the model's ranking), each config
+        built only in its own part."""
+        start, step = part
+        rows = ((variant, names[1:], values) for variant, names in self.variant_params.items()
+                for values in itertools.product(*(self.params[n] for n in names[1:])))
+        for index, (variant, names, values) in itertools.islice(enumerate(rows), start, None,
+                                                                step):
+            yield index, {"variant": variant, **dict(zip(names, values))}
 
     def narrowed(self, **values: Sequence) -> SearchSpace:
         """This space with some parameters limited to the given values (a study's own view:

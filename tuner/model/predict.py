@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -272,22 +272,23 @@ def predicted_tflops(shape: Shape, ms: float) -> float:
     return shape.flops / (ms * 1e-3) / 1e12
 
 
-def _scored(shape: Shape, space: SearchSpace, spec: DeviceSpec,
-            allow_tf32: bool) -> Iterator[tuple[float, dict]]:
-    """(ms, config) for every modelled config of the space, fastest first. Ties go to the
-    config using fewer resources (shared memory, then warps), as in the tuner's final
-    re-timing, then to the space's order. Most configs tie with others (a few thousand
-    distinct times in 300,000 configs): shared memory is reckoned for a tie only once the
-    caller reaches it, where for every config it would cost a fifth of the ranking."""
+def _scored(shape: Shape, configs: Iterable[tuple[int, dict]], spec: DeviceSpec,
+            allow_tf32: bool) -> Iterator[tuple[float, int, dict]]:
+    """(ms, index, config) for every modelled one of the (index in the space, config),
+    fastest first. Ties go to the config using fewer resources (shared memory, then warps),
+    as in the tuner's final re-timing, then to the space's order. Most configs tie with
+    others (a few thousand distinct times in 300,000 configs): shared memory is reckoned for
+    a tie only once the caller reaches it, where for every config it would cost a fifth of
+    the ranking."""
     operands = _operands(shape, 0, allow_tf32)  # padding changes neither dtype nor itemsize
     seconds = _shape_timer(shape, spec, allow_tf32)
     modelled = {name for name in _variants() if _modelled(name)}
-    scored = [(seconds(config) * 1e3, config) for config in space.configs()
+    scored = [(seconds(config) * 1e3, index, config) for index, config in configs
               if config["variant"] in modelled]
-    scored.sort(key=lambda entry: entry[0])  # stable: the space's order within a tie
+    scored.sort(key=lambda entry: entry[:2])
     for _, tie in itertools.groupby(scored, key=lambda entry: entry[0]):
-        yield from sorted(tie, key=lambda entry: (_smem_bytes(entry[1], operands),
-                                                  entry[1].get("num_warps", 0)))
+        yield from sorted(tie, key=lambda entry: (_smem_bytes(entry[2], operands),
+                                                  entry[2].get("num_warps", 0)))
 
 
 def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
@@ -303,18 +304,32 @@ def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
     keeps the 300,000-config mm space to a few seconds. Without k every config is checked
     (several seconds more). Variants the model does not know are left out.
     """
+    return [(ms, config) for ms, _, config in rank_indexed(
+        shape, space.indexed_configs(), kernel, spec, smem_limit, k, allow_tf32, distinct)]
+
+
+def rank_indexed(shape: Shape, configs: Iterable[tuple[int, dict]], kernel, spec: DeviceSpec,
+                 smem_limit: int | None = None, k: int | None = None,
+                 allow_tf32: bool = False,
+                 distinct: Callable[[dict], Hashable] | None = None
+                 ) -> list[tuple[float, int, dict]]:
+    """rank_configs of some of a space's (index, config), each kept with its index. With
+    `distinct` and k, ranking each part of a space (every n-th config) and then the union of
+    the parts' picks gives rank_configs of the whole (tuner.search.warmstart ranks the parts
+    in parallel): a distinct tag among the whole's first k is among its own part's first k,
+    since every tag ahead of it there is ahead of it in the whole."""
     from tuner.kernels.calls import meta_gemm  # imports the Triton kernels: not at module level
 
     gemm = meta_gemm(shape)
     limit = smem_limit or spec.smem_per_block
-    ranked: list[tuple[float, dict]] = []
+    ranked: list[tuple[float, int, dict]] = []
     taken: set = set()
-    for ms, config in _scored(shape, space, spec, allow_tf32):
+    for ms, index, config in _scored(shape, configs, spec, allow_tf32):
         tag = None if distinct is None else distinct(config)
         if tag is not None and tag in taken:
             continue
         if kernel.feasible(config, gemm, limit) is None:
-            ranked.append((ms, config))
+            ranked.append((ms, index, config))
             taken.add(tag)
             if len(ranked) == k:
                 break

@@ -166,7 +166,7 @@ class TuneJob:
             near = self._near_winners(plan, kernel_row)
             if near:
                 # Where they do not carry over, the search goes on from the model's picks,
-                # ranked in the ranking's worker (ahead, or from now) as the near ones measure.
+                # ranked in the ranking's workers (ahead, or from now) as the near ones measure.
                 self.ranking.prefetch(kernel, space, plan.shape)
                 return WarmStart(merged(library, [w.config for w in near]),
                                  confirmation=warm_confirmation(near, plan.shape, self.spec),
@@ -194,7 +194,7 @@ class TuneJob:
 
     def _rank_ahead(self, plan: KeyPlan) -> None:
         """Start ranking the studies the device threads take after this one, in the
-        ranking's worker, so that the GPU does not wait for the model between studies: also
+        ranking's workers, so that the GPU does not wait for the model between studies: also
         those that will start from near keys' winners (_warm_start), for the search that
         goes on where those do not carry over; not those next to a key planned before them,
         whose winner is not known yet. Their first configs compile ahead
@@ -259,7 +259,7 @@ class TuneJob:
                                                plan.shape, self.budget.seed, self.retune,
                                                self.budget.launch)
             space = self.spaces[plan.kernel]
-            if not self.budget.exhaustive:  # first: the ranking worker starts meanwhile
+            if not self.budget.exhaustive:  # first: the ranking workers start meanwhile
                 with phases.timed(RANK_AHEAD):
                     self._rank_ahead(plan)
             with phases.timed(WARM_START):

@@ -13,9 +13,10 @@ space holds (cuBLAS): one config, the baseline every answer must beat, always me
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from tuner.db.models import Device, KernelVersion, Winner
@@ -33,6 +34,9 @@ NEAREST_WINNERS = 4  # how many neighbours' winners a study starts with
 NEAR_KEYS = 1.0
 MODEL_TOP = 6  # how many of the model's picks follow them, each of another tile shape
 RANKING_TIMEOUT_S = 600.0  # a ranking ahead taking longer is done again where it is asked
+# Worker processes one ranking is split over: seconds of pure Python on one core, where the
+# next study waits for it; a quarter of the cores (the compile workers share them), up to 4.
+RANKING_PARTS = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 def tile_shape(config: Mapping) -> tuple:
@@ -116,19 +120,30 @@ def model_configs(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: in
     """The model's best config of each of its `count` best tile shapes (none for variants it
     does not know). Scores the study's whole space, seconds for the built-in mm space: the
     pipeline asks for them through a ModelRanking, only for a study that starts."""
+    return [config for _, config in _model_picks(kernel, space, shape, spec, smem_limit, count)]
+
+
+def _model_picks(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: int, count: int,
+                 part: tuple[int, int] = (0, 1),
+                 picks: list[tuple[int, dict]] | None = None) -> list[tuple[int, dict]]:
+    """model_configs as (index in the study's space, config): of every part[1]-th config
+    from the part[0]-th, or of the parts' `picks` merged (tuner.model.predict.rank_indexed)."""
     from tuner.kernels.calls import meta_gemm
-    from tuner.model.predict import rank_configs
+    from tuner.model.predict import rank_indexed
 
     study_space = space.for_call(meta_gemm(shape))
-    return [config for _, config in rank_configs(shape, study_space, kernel, spec, smem_limit,
-                                                 k=count, distinct=tile_shape)]
+    if picks is None:
+        picks = study_space.indexed_configs(part)
+    return [(index, config) for _, index, config in rank_indexed(
+        shape, picks, kernel, spec, smem_limit, k=count, distinct=tile_shape)]
 
 
-def model_configs_task(kernel_name: str, space: SearchSpace, shape: Shape, spec,
-                       smem_limit: int, count: int) -> list[dict]:
-    """model_configs of a kernel named, in the ranking-ahead worker (ModelRanking)."""
+def model_picks_task(kernel_name: str, space: SearchSpace, shape: Shape, spec,
+                     smem_limit: int, count: int, part: tuple[int, int]
+                     ) -> list[tuple[int, dict]]:
+    """_model_picks of one part, in a ranking worker (ModelRanking)."""
     from tuner.kernels import KERNELS
-    return model_configs(KERNELS[kernel_name], space, shape, spec, smem_limit, count)
+    return _model_picks(KERNELS[kernel_name], space, shape, spec, smem_limit, count, part)
 
 
 def model_bound(kernel, shape: Shape, spec, picks: list[dict]) -> ModelBound | None:
@@ -154,26 +169,36 @@ class ModelRanking:
     Ranking costs seconds per shape, so `tune run` never ranks ahead of time: a key already
     tuned is skipped before anything asks, and a resumed run pays only for the studies it
     starts. The job may `prefetch` the next study's ranking while this one measures, so that
-    the GPU does not wait for the model: in a worker process of its own (started with the
+    the GPU does not wait for the model: in worker processes of its own (started with the
     first prefetch), since the ranking is seconds of pure Python that, on a thread of the
-    job's process, would hold the interpreter's lock against the studies' steps. The same
-    (kernel, space, shape) asked again, by a retried or a second study of the key, gets the
-    kept list. Safe to share between the device threads.
+    job's process, would hold the interpreter's lock against the studies' steps. One shape
+    is ranked at a time, split over `parts` workers (each ranks every parts-th config; their
+    picks are merged here). The same (kernel, space, shape) asked again, by a retried or a
+    second study of the key, gets the kept list. Safe to share between the device threads.
     """
 
-    def __init__(self, spec, smem_limit: int, count: int = MODEL_TOP):
+    def __init__(self, spec, smem_limit: int, count: int = MODEL_TOP,
+                 parts: int = RANKING_PARTS):
         self.spec, self.smem_limit, self.count = spec, smem_limit, count
         self._ranked: dict[tuple, Future] = {}
         self._lock = threading.Lock()
-        # One thread waits on the worker, which ranks one shape at a time.
+        # One thread ranks one shape at a time, through one thread per part.
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="model-ranking")
+        self._parts = ThreadPoolExecutor(parts, thread_name_prefix="model-ranking-part")
         # As nice as the compile workers, for their reason: the device worker's host timings.
-        self._worker = Worker("model-ranking", preload=(__name__, "tuner.kernels"),
-                              niceness=COMPILE_NICENESS)
+        self._workers = [Worker(f"model-ranking-{i}", preload=(__name__, "tuner.kernels"),
+                                niceness=COMPILE_NICENESS) for i in range(parts)]
 
-    def _rank_in_worker(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
-        return self._worker.call(model_configs_task, kernel.name, space, shape, self.spec,
-                                 self.smem_limit, self.count, timeout=RANKING_TIMEOUT_S)
+    def _rank_in_workers(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
+        parts = len(self._workers)
+        calls = [self._parts.submit(worker.call, model_picks_task, kernel.name, space, shape,
+                                    self.spec, self.smem_limit, self.count, (i, parts),
+                                    timeout=RANKING_TIMEOUT_S)
+                 for i, worker in enumerate(self._workers)]
+        wait(calls)  # every part done before any fails this: close() may follow at once
+        picks = [pick for call in calls for pick in call.result()]
+        return [config for _, config in _model_picks(kernel, space, shape, self.spec,
+                                                     self.smem_limit, self.count, picks=picks)]
 
     def _future(self, kernel, space: SearchSpace, shape: Shape, ahead: bool) -> Future:
         # The weight does not change the ranking; the rest of the shape and the space do.
@@ -186,7 +211,7 @@ class ModelRanking:
             if kept is not None and (ahead or not kept.cancel()):
                 return kept
             if ahead:
-                future = self._ahead.submit(self._rank_in_worker, kernel, space, shape)
+                future = self._ahead.submit(self._rank_in_workers, kernel, space, shape)
             else:
                 future = Future()
             self._ranked[key] = future
@@ -202,8 +227,8 @@ class ModelRanking:
             future.set_exception(e)
 
     def configs(self, kernel, space: SearchSpace, shape: Shape) -> list[dict]:
-        """The model's picks for the shape: those ranked ahead (waited for where the worker
-        ranks them now), else ranked now; ranked here too where the ranking ahead failed (a
+        """The model's picks for the shape: those ranked ahead (waited for where the workers
+        rank them now), else ranked now; ranked here too where the ranking ahead failed (a
         worker lost; a bug fails here again, with its own traceback)."""
         try:
             picks = self._future(kernel, space, shape, ahead=False).result()
@@ -216,16 +241,23 @@ class ModelRanking:
         picks (raw: `configs` copies them), for what starts once they are known."""
         return self._future(kernel, space, shape, ahead=True)
 
+    def _close_workers(self) -> None:
+        for worker in self._workers:
+            worker.close()
+        self._parts.shutdown(wait=False)
+
     def close(self) -> None:
         """Stop ranking ahead: the rankings not started are cancelled, the one running is
-        killed, and the worker is closed on the ranking thread, the one thread that uses
-        it (closed here, it could be closed twice: here and by the call it killed)."""
-        self._ahead.submit(self._worker.close)
+        killed, and the workers are closed on the ranking thread, once the ranking running
+        there has returned (closed here, a worker could be closed twice: here and by the
+        call it killed)."""
+        self._ahead.submit(self._close_workers)
         self._ahead.shutdown(wait=False, cancel_futures=False)
         with self._lock:
             for future in self._ranked.values():
                 future.cancel()
-        self._worker.kill()
+        for worker in self._workers:
+            worker.kill()
 
     def __len__(self) -> int:
         """How many rankings were asked for (what a resume should keep at its new studies)."""
