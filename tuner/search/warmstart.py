@@ -131,9 +131,8 @@ def _model_picks(kernel, space: SearchSpace, shape: Shape, spec, smem_limit: int
     from tuner.kernels.calls import meta_gemm
     from tuner.model.predict import rank_indexed
 
-    study_space = space.for_call(meta_gemm(shape))
     if picks is None:
-        picks = study_space.indexed_configs(part)
+        picks = space.for_call(meta_gemm(shape)).indexed_configs(part)
     return [(index, config) for _, index, config in rank_indexed(
         shape, picks, kernel, spec, smem_limit, k=count, distinct=tile_shape)]
 
