@@ -11,6 +11,7 @@ import copy
 import functools
 import json
 import warnings
+from datetime import datetime
 
 import optuna
 from optuna.storages._cached_storage import _CachedStorage, _StudyInfo
@@ -66,10 +67,12 @@ class TunerStorage(optuna.storages.RDBStorage):
         state.pop("cached", None)
         return state
 
-    def set_trial_params(self, trial_id: int, params: list[tuple]) -> None:
-        """set_trial_param's (name, internal value, distribution, the study's previous
-        distribution of it, checked against the new by the caller) for one trial, in one
-        transaction; where the caller knew no previous one, Optuna looks for it here."""
+    def set_trial_params_and_attrs(self, trial_id: int, params: list[tuple],
+                                   system_attrs: dict) -> None:
+        """For one trial, in one transaction: set_trial_param's (name, internal value,
+        distribution, the study's previous distribution of it, checked against the new by
+        the caller; where the caller knew no previous one, Optuna looks for it here), and
+        set_trial_system_attr's (key: value)."""
         with _create_scoped_session(self.scoped_session, True) as session:
             trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
             self.check_trial_is_updatable(trial_id, trial.state)
@@ -82,6 +85,9 @@ class TunerStorage(optuna.storages.RDBStorage):
                         trial_id=trial_id, param_name=name, param_value=value,
                         distribution_json=optuna.distributions.distribution_to_json(
                             distribution)))
+            for key, value in system_attrs.items():
+                self._set_trial_attr_without_commit(
+                    session, models.TrialSystemAttributeModel, trial_id, key, value)
 
     @functools.cached_property
     def cached(self) -> OwnWritesCache:
@@ -157,7 +163,9 @@ class OwnWritesCache(_CachedStorage):
     def __init__(self, backend: TunerStorage):
         super().__init__(backend)
         self._held: set[int] = set()  # unfinished trials this process created or popped
-        self._unwritten: dict[int, list[tuple]] = {}  # per held trial, set_trial_param's
+        # Per held trial, what `flush` writes: set_trial_param's and set_trial_system_attr's.
+        self._unwritten_params: dict[int, list[tuple]] = {}
+        self._unwritten_attrs: dict[int, dict] = {}
         self._newest: dict[int, int] = {}  # per study, the highest trial id read or created
 
     def create_new_trial(self, study_id, template_trial=None):
@@ -169,9 +177,9 @@ class OwnWritesCache(_CachedStorage):
         return trial_id
 
     def set_trial_param(self, trial_id, param_name, param_value_internal, distribution):
-        """A held trial's parameter is kept here until `write_params` or the trial's next
-        write: a config's parameters are drawn one by one, and a transaction each cost a
-        study's asks more than its sampler did."""
+        """A held trial's parameter is kept here until `flush` or the trial's next write: a
+        config's parameters are drawn one by one, and a transaction each cost a study's asks
+        more than its sampler did."""
         with self._lock:
             held = trial_id in self._held
             if held:
@@ -182,7 +190,7 @@ class OwnWritesCache(_CachedStorage):
                 else:  # what Optuna checks as it writes: raised here, as it would be
                     optuna.distributions.check_distribution_compatibility(previous,
                                                                           distribution)
-                self._unwritten.setdefault(trial_id, []).append(
+                self._unwritten_params.setdefault(trial_id, []).append(
                     (param_name, param_value_internal, distribution, previous))
                 trial = self._cached(trial_id)
                 trial.params[param_name] = distribution.to_external_repr(param_value_internal)
@@ -190,30 +198,53 @@ class OwnWritesCache(_CachedStorage):
         if not held:
             super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
 
-    def write_params(self, trial_id: int) -> None:
-        """Write the trial's parameters kept since its last write, in one transaction: a
-        config left in flight has them on the database, for a resume to redo it."""
+    def flush(self, trial_id: int) -> None:
+        """Write what is kept of the trial since its last write, in one transaction: a
+        config left in flight has its parameters on the database, for a resume to redo it."""
         with self._lock:
-            unwritten = self._unwritten.pop(trial_id, None)
-        if unwritten:
-            self._backend.set_trial_params(trial_id, unwritten)
+            params = self._unwritten_params.pop(trial_id, [])
+            attrs = self._unwritten_attrs.pop(trial_id, {})
+        if params or attrs:
+            self._backend.set_trial_params_and_attrs(trial_id, params, attrs)
 
     def set_trial_state_values(self, trial_id, state, values=None):
-        self.write_params(trial_id)
+        self.flush(trial_id)
         changed = super().set_trial_state_values(trial_id, state, values)
-        if changed and (trial_id in self._held or state == TrialState.RUNNING):
-            self._reread(trial_id)  # popped from the queue (now held), or finished
+        if changed and trial_id in self._held and state.is_finished():  # told
+            self._finished(trial_id, state, values)
+        elif changed and (trial_id in self._held or state == TrialState.RUNNING):
+            self._reread(trial_id)  # popped from the queue: now held
         return changed
 
+    def _finished(self, trial_id: int, state: TrialState, values) -> None:
+        """A held trial's tell, applied here as the database applied it (its completion
+        time excepted, taken here a moment later): no read back."""
+        with self._lock:
+            trial = self._cached(trial_id)
+            trial.state = state
+            trial.values = values
+            trial.datetime_complete = datetime.now()
+            self._held.discard(trial_id)
+            self._studies[self._trial_id_to_study_id_and_number[trial_id][0]
+                          ].unfinished_trial_ids.discard(trial_id)
+
     def set_trial_user_attr(self, trial_id, key, value):
-        self.write_params(trial_id)
+        self.flush(trial_id)
         super().set_trial_user_attr(trial_id, key, value)
         self._reread(trial_id)
 
     def set_trial_system_attr(self, trial_id, key, value):
-        self.write_params(trial_id)
-        super().set_trial_system_attr(trial_id, key, value)
-        self._reread(trial_id)
+        """A held trial's attribute is kept here with its parameters until `flush` or the
+        trial's next write: TPE's constant liar sets one on every config it samples."""
+        with self._lock:
+            held = trial_id in self._held
+            if held:
+                self._cached(trial_id).system_attrs[key] = value
+                self._unwritten_attrs.setdefault(trial_id, {})[key] = value
+        if not held:
+            self.flush(trial_id)
+            super().set_trial_system_attr(trial_id, key, value)
+            self._reread(trial_id)
 
     def get_trial(self, trial_id):
         with self._lock:

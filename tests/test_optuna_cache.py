@@ -32,8 +32,7 @@ def _trial_reads(storage) -> list[str]:
 
 
 def _snapshot(trials):
-    return [(t.number, t.state, t.params, t.values, t.system_attrs.get(OWNER_ATTR))
-            for t in trials]
+    return [(t.number, t.state, t.params, t.values, t.system_attrs) for t in trials]
 
 
 def test_what_the_cache_holds_is_what_the_database_holds(tmp_path):
@@ -45,7 +44,7 @@ def test_what_the_cache_holds_is_what_the_database_holds(tmp_path):
     in_flight = []
     for value in range(12):
         trial = study.ask(SPACE)
-        storage.cached.write_params(trial._trial_id)  # as a study leaves a config in flight
+        storage.cached.flush(trial._trial_id)  # as a study leaves a config in flight
         in_flight.append(trial)
         if len(in_flight) > 3:  # a batch in flight, told in order
             study.tell(in_flight.pop(0), float(value))
@@ -61,16 +60,37 @@ def test_what_the_cache_holds_is_what_the_database_holds(tmp_path):
 
 def test_a_held_trials_parameters_are_written_together_once_it_is_left_or_told(tmp_path):
     """Drawn one by one, a config's parameters would be a transaction each: they are kept
-    until the asker leaves the trial in flight (write_params) or tells it."""
+    until the asker leaves the trial in flight (flush) or tells it."""
     url, storage = _storage(tmp_path)
     study = optuna.create_study(study_name="s", storage=storage.cached, direction="maximize")
     left, told = study.ask(SPACE), study.ask(SPACE)
     fresh = optuna.storages.RDBStorage(url)
     assert fresh.get_trial(left._trial_id).params == {}
-    storage.cached.write_params(left._trial_id)
+    storage.cached.flush(left._trial_id)
     study.tell(told, 1.0)
     assert fresh.get_trial(left._trial_id).params == left.params
     assert fresh.get_trial(told._trial_id).params == told.params
+
+
+def test_asking_and_telling_held_trials_reads_no_trial_back(tmp_path, monkeypatch):
+    """What TPE's constant liar sets on each config it samples (a system attribute) and a
+    tell are applied to the cache as written, not read back: a read cost as much as the
+    write."""
+    url, storage = _storage(tmp_path)
+    study = optuna.create_study(study_name="s", storage=storage.cached, direction="maximize",
+                                sampler=optuna.samplers.TPESampler(seed=0, constant_liar=True,
+                                                                   n_startup_trials=2))
+    read_back, read = [], storage.get_trial
+    monkeypatch.setattr(storage, "get_trial",
+                        lambda trial_id: read_back.append(trial_id) or read(trial_id))
+    for value in range(8):
+        study.tell(study.ask(SPACE), float(value))
+    monkeypatch.undo()
+    assert read_back == []
+    liar = [t.system_attrs for t in study.get_trials() if len(t.system_attrs) > 1]
+    assert liar  # TPE's attribute was set, and is on the database as in the cache
+    fresh = optuna.load_study(study_name="s", storage=optuna.storages.RDBStorage(url))
+    assert _snapshot(study.get_trials()) == _snapshot(fresh.get_trials())
 
 
 def test_reading_held_trials_costs_no_query_and_others_are_read_again(tmp_path):

@@ -417,7 +417,7 @@ class StudyRunner:
                 infeasible = TrialResult(TrialStatus.INFEASIBLE, reason)
                 self._tell(study, trial, self._store(params, infeasible))
             else:
-                self.storage.cached.write_params(trial._trial_id)  # redone if killed now
+                self.storage.cached.flush(trial._trial_id)  # redone if killed now
                 future = self.executor.submit_compile(self.shape, self.kernel.name, params)
                 self.in_flight[future] = _Pending(trial, params, signature)
                 room -= 1
