@@ -66,8 +66,8 @@ STUDY_BUDGET = "study budget"
 RUN_BUDGET = "run budget"
 
 
-def descent_start(by_time: Sequence[tuple[Mapping, float]], library: frozenset[str]
-                  ) -> Mapping:
+def descent_start(by_time: Sequence[tuple[Mapping, float]],
+                  library: frozenset[str]) -> Mapping:
     """The config the polish steps descend from (tuner.search.study, and its replay), given
     the measured (config, time) fastest first: the best; where that is a library call, which
     has nothing of its own to step, the best tile where it is within REACH of it, since a
@@ -76,9 +76,7 @@ def descent_start(by_time: Sequence[tuple[Mapping, float]], library: frozenset[s
     if best["variant"] not in library:
         return best
     tile = next(((c, t) for c, t in by_time if c["variant"] not in library), None)
-    if tile is not None and tile[1] <= best_time * (1 + REACH):
-        return tile[0]
-    return best
+    return tile[0] if tile is not None and tile[1] <= best_time * (1 + REACH) else best
 
 
 @dataclass(frozen=True)
