@@ -5,8 +5,10 @@ from types import SimpleNamespace
 from tuner.objective import EAGER, GRAPH, finalists, ranked
 
 
-def measured(name, p50_ms, loop_ms=None, status="ok"):
-    return SimpleNamespace(name=name, status=status, p50_ms=p50_ms, loop_ms=loop_ms)
+def measured(name, p50_ms, loop_ms=None, status="ok", spread=0.0):
+    """A record whose device samples spread `spread` of its median either side (p20, p80)."""
+    return SimpleNamespace(name=name, status=status, p50_ms=p50_ms, loop_ms=loop_ms,
+                           p20_ms=p50_ms * (1 - spread), p80_ms=p50_ms * (1 + spread))
 
 
 def names(records):
@@ -20,6 +22,23 @@ def test_ranked_keeps_correct_timed_records_the_mode_may_choose_fastest_call_fir
     assert names(ranked(records, GRAPH)) == ["fast", "untimed", "slow kernel", "slow"]
     # eager: a call figure needed, and the kernel within DEVICE_SLACK of the fastest timed one
     assert names(ranked(records, EAGER)) == ["fast"]
+
+
+def test_eager_slack_is_drawn_up_to_the_noise_of_the_two_kernels():
+    """A host-paced library call (5 us kernel, 20 us call) against a tile whose kernel is 5.7%
+    behind it and whose call takes half: the tile may win where the two kernels' timings
+    cannot tell 5.7% from DEVICE_SLACK's 5%; 6.5% behind, with tight spreads, it may not."""
+    library, tile = 0.005, 0.005 * 1.057
+    noisy = [measured("cublas", library, 0.020, spread=0.01),
+             measured("tile", tile, 0.010, spread=0.02)]
+    assert names(ranked(noisy, EAGER)) == ["tile", "cublas"]
+    tight = [measured("cublas", library, 0.020, spread=0.001),
+             measured("tile", 0.005 * 1.065, 0.010, spread=0.001)]
+    assert names(ranked(tight, EAGER)) == ["cublas"]  # beyond TIE_FLOOR's 1% of the slack
+    far = [measured("cublas", library, 0.020, spread=0.01),
+           measured("tile", 0.005 * 1.10, 0.010, spread=0.02)]
+    assert names(ranked(far, EAGER)) == ["cublas"]
+    assert names(ranked(noisy, GRAPH)) == ["cublas", "tile"]
 
 
 def test_eager_finalists_lead_with_the_fastest_kernel_among_calls_of_the_same_time():

@@ -335,7 +335,8 @@ def test_an_eager_winner_keeps_its_kernel_within_the_slack_of_the_fastest():
     """The cheapest call whose kernel runs more than DEVICE_SLACK behind the key's fastest
     kernel cannot win eager (it would lose under graphs); graph mode may choose any."""
     def trial(p50_ms, loop_ms):
-        return SimpleNamespace(p50_ms=p50_ms, loop_ms=loop_ms)
+        return SimpleNamespace(status="ok", p20_ms=p50_ms, p50_ms=p50_ms, p80_ms=p50_ms,
+                               loop_ms=loop_ms)
     fastest, close, slow, unmeasured = trial(1.0, 3.0), trial(1.04, 2.0), trial(1.2, 1.0), \
         trial(None, 0.5)
     trials = [fastest, close, slow, unmeasured]

@@ -752,18 +752,20 @@ def test_a_trials_call_time_is_its_launch_modes_figure_with_that_figures_spread(
 
 
 def test_a_short_measure_out_of_reach_of_the_best_is_stored_screened_never_ranked():
-    """Within REACH of the best kernel (or tied with it) a config earns the full measures;
-    beyond, its short measure is stored as screened, which no ranking or finalist takes."""
+    """Within REACH of the best kernel, up to the noise of the two, a config earns the full
+    measures; beyond, its short measure is stored as screened, which no ranking or finalist
+    takes."""
     best = TrialResult("ok", None, 0.99, 1.0, 1.01, 1.0, 1e-3, None, "x", loop_ms=1.2)
 
     def short(ms):
         return TrialResult("ok", None, ms * 0.99, ms, ms * 1.01, 1.0, 1e-3, None, "short")
     assert screened(short(1.0 + REACH * 0.9), best) is None
     assert screened(short(0.5), best) is None
+    assert screened(short(1.0 + REACH * 1.1), best) is None  # past REACH by less than noise
     far = screened(short(1.0 + REACH * 1.5), best)
     assert far.status == TrialStatus.SCREENED and "short measure" in far.reason
     assert screened(short(1.0 + REACH * 1.5), best, HOST_PACED_REACH) is None
-    assert screened(short(1.0 + HOST_PACED_REACH * 1.1), best, HOST_PACED_REACH) is not None
+    assert screened(short(1.0 + HOST_PACED_REACH * 1.3), best, HOST_PACED_REACH) is not None
     assert screened(TrialResult("wrong", "relative error 1"), best) is None
     assert ranked([far, best], GRAPH) == [best] and finalists([far], EAGER) == []
 

@@ -12,12 +12,12 @@ from tuner.execution.timing import (
     LOOP_SAMPLES,
     CallLoop,
     Timing,
-    is_tie,
     retime_interleaved,
     time_calls,
     time_cpu,
     time_gpu,
 )
+from tuner.objective import is_tie
 
 
 def timing(p20, p50, p80):

@@ -47,13 +47,42 @@ def call_ms(measured, launch: str) -> float | None:
     return getattr(measured, FIGURES[launch])
 
 
+# Two medians closer than this fraction of the faster one are a tie however tight their
+# spreads: run-to-run drift (clocks, temperature) is about this large even when one run's
+# samples agree closely.
+TIE_FLOOR = 0.01
+
+
 @dataclass(frozen=True)
 class CallTime:
     """A measured record's ms per call by a launch mode's figure, with the spread of its
-    samples: what tuner.execution.timing.is_tie weighs to tell a gain from noise."""
+    samples: what is_tie weighs to tell a gain from noise."""
     p20_ms: float
     p50_ms: float
     p80_ms: float
+
+
+def is_tie(a, b) -> bool:
+    """True when the medians of two timings (anything with p20_ms, p50_ms and p80_ms: a
+    CallTime, tuner.execution.timing.Timing) differ by no more than the noise of the two.
+
+    The noise is the larger of half the wider p20–p80 spread (how far a typical sample lies
+    from its median) and `TIE_FLOOR` of the faster median (drift that a single timing's
+    spread does not show).
+    """
+    spread = max(a.p80_ms - a.p20_ms, b.p80_ms - b.p20_ms)
+    noise = max(spread / 2, TIE_FLOOR * min(a.p50_ms, b.p50_ms))
+    return abs(a.p50_ms - b.p50_ms) <= noise
+
+
+def within(kernel, fastest, slack: float) -> bool:
+    """Whether a kernel timing comes within `slack` of the fastest's, up to the noise of the
+    two (is_tie with the fastest's timing stretched by 1 + slack). Drawn without the noise,
+    the line falls where each study's noise puts it: a tile a hair past it loses a call the
+    host paces twice as fast in one study and wins it in the next."""
+    stretched = CallTime(*(getattr(fastest, q) * (1 + slack)
+                           for q in ("p20_ms", "p50_ms", "p80_ms")))
+    return kernel.p50_ms <= stretched.p50_ms or is_tie(kernel, stretched)
 
 
 # Which stored quantiles each mode's figure has: the device timing's, or the call loop's.
@@ -78,15 +107,17 @@ def call_tflops(flops: int, measured, launch: str) -> float:
 
 
 def eligible(measured: list, launch: str) -> list:
-    """The trials (or TrialResults) `launch` may choose a winner among: for eager, those whose
-    kernel is within DEVICE_SLACK of the fastest p50_ms in `measured`; for graph, all."""
+    """The correct trials (or TrialResults) `launch` may choose a winner among: for eager,
+    those whose kernel is within DEVICE_SLACK of the fastest kernel in `measured`, up to the
+    noise of the two (within); for graph, all."""
     if launch != EAGER:
         return list(measured)
-    fastest = min((t.p50_ms for t in measured if t.p50_ms is not None), default=None)
+    kernels = {id(t): call_time(t, GRAPH) for t in measured}
+    fastest = min(filter(None, kernels.values()), key=lambda k: k.p50_ms, default=None)
     if fastest is None:
         return list(measured)
-    return [t for t in measured if t.p50_ms is not None
-            and t.p50_ms <= fastest * (1 + DEVICE_SLACK)]
+    return [t for t in measured
+            if kernels[id(t)] is not None and within(kernels[id(t)], fastest, DEVICE_SLACK)]
 
 
 def ranked(measured: Iterable, launch: str) -> list:

@@ -51,10 +51,6 @@ MAX_HOST_COVER_MS = 1.0
 SPIN_CALIBRATION_CYCLES = 2_000_000  # about a millisecond at Hopper's clocks
 # CUDA events resolve about half a microsecond; a shorter reading says only "very short".
 EVENT_RESOLUTION_MS = 0.0005
-# Two medians closer than this fraction of the faster one are a tie however tight their
-# spreads: run-to-run drift (clocks, temperature) is about this large even when one run's
-# samples agree closely.
-TIE_FLOOR = 0.01
 # Back-to-back calls (CallLoop): a trial takes LOOP_SAMPLES samples, each of enough calls to
 # last about LOOP_SAMPLE_MS and at least MIN_LOOP_CALLS on a GPU (so ~30 ms and 21 calls or
 # more a trial), at most MAX_LOOP_CALLS; a final re-timing takes LOOP_RETIME_ROUNDS.
@@ -101,18 +97,6 @@ class Timing:
             return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
         return cls(quantile(0.2), quantile(0.5), quantile(0.8), len(ordered), method)
-
-
-def is_tie(a: Timing, b: Timing) -> bool:
-    """True when the medians differ by no more than the noise of the two timings.
-
-    The noise is the larger of half the wider p20–p80 spread (how far a typical sample lies
-    from its median) and `TIE_FLOOR` of the faster median (drift that a single timing's
-    spread does not show).
-    """
-    spread = max(a.p80_ms - a.p20_ms, b.p80_ms - b.p20_ms)
-    noise = max(spread / 2, TIE_FLOOR * min(a.p50_ms, b.p50_ms))
-    return abs(a.p50_ms - b.p50_ms) <= noise
 
 
 class _SetCycle:

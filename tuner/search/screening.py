@@ -5,10 +5,11 @@ eager calls) cost more than most configs are worth: most are far behind the best
 has. So, on a GPU, once a study has a best, each new config is first timed by one short
 device measure (tuner.execution.timing's SHORT_TIME_MS, the same method: cold L2, graphs for
 short kernels);
-only a config within `REACH` of the best device time, or tied with it within the noise of
-the two, is measured in full. The rest are stored as `screened` with their short figures:
-never a winner, a finalist or progress (tuner.objective reads only `ok` trials), and told to
-the sampler as what they would cost per call at the best's ratio of call to device time.
+only a config within `REACH` of the best device time, up to the noise of the two
+(tuner.objective.within), is measured in full. The rest are stored as `screened` with their
+short figures: never a winner, a finalist or progress (tuner.objective reads only `ok`
+trials), and told to the sampler as what they would cost per call at the best's ratio of
+call to device time.
 
 REACH is DEVICE_SLACK: an eager winner's kernel must be within it of the fastest kernel
 anyway (tuner.objective), and a graph winner is its kernel. Under a library call the host
@@ -22,8 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tuner.execution.measure import TrialResult
-from tuner.execution.timing import is_tie
-from tuner.objective import DEVICE_SLACK, GRAPH, call_time
+from tuner.objective import DEVICE_SLACK, GRAPH, call_time, within
 from tuner.statuses import TrialStatus
 
 REACH = DEVICE_SLACK
@@ -35,8 +35,7 @@ def screened(short: TrialResult, best, reach: float = REACH) -> TrialResult | No
     `reach` of `best`'s (the study's fastest measured in full); None where the full measures
     are due (within reach, or the short measure failed: a failure is stored as it is)."""
     mine, theirs = call_time(short, GRAPH), call_time(best, GRAPH)
-    if mine is None or theirs is None or (mine.p50_ms <= theirs.p50_ms * (1 + reach)
-                                          or is_tie(mine, theirs)):
+    if mine is None or theirs is None or within(mine, theirs, reach):
         return None
     return replace(short, status=TrialStatus.SCREENED,
                    reason=f"short measure {mine.p50_ms:.4g} ms, beyond {reach:.0%} of the "

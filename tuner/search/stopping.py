@@ -15,7 +15,7 @@ sampler's part of a study early (tuner.search.study); the tuner's replay of reco
   needs `MIN_CALIBRATION` samples, so the model's top configs are measured first.
 - Patience (`stalled`): `patience` trials in a row brought no gain (`gained`): a trial is
   progress only where it beats the best so far by more than the noise of the two
-  measurements (tuner.execution.timing.is_tie: half the wider p20-p80 spread, at least
+  measurements (tuner.objective.is_tie: half the wider p20-p80 spread, at least
   TIE_FLOOR). A flat threshold would let the noise of short kernels' timings pass for gains:
   the best of many noisy samples creeps up trial after trial, and patience never runs out.
 - A warm start confirmed: a study that starts from the winners of keys next to it (a
@@ -36,8 +36,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tuner.execution.timing import is_tie
-from tuner.objective import CallTime
+from tuner.objective import CallTime, is_tie
 from tuner.search.screening import REACH
 from tuner.space import config_signature
 

@@ -38,7 +38,7 @@ from tuner.db.optuna_storage import LEGACY_STUDY_PREFIX, STUDY_ID_ATTR, TunerSto
 from tuner.db.store import Store, params_key
 from tuner.execution.executor import Executor
 from tuner.execution.measure import TrialResult
-from tuner.execution.timing import Timing, is_tie
+from tuner.execution.timing import Timing
 from tuner.kernels.base import Kernel, specialization
 from tuner.kernels.calls import meta_gemm
 from tuner.objective import (
@@ -50,6 +50,7 @@ from tuner.objective import (
     call_time,
     contested,
     finalists,
+    is_tie,
     ranked,
 )
 from tuner.search.budget import StudyBudget
