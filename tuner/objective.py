@@ -8,10 +8,10 @@ mode says which of the two a study optimises (`tune run --launch`) and which an 
 winners by (`tune export --launch`).
 
 An eager winner must also keep its kernel within DEVICE_SLACK of the fastest kernel measured
-for the key. Back-to-back calls of a small GEMM are paced by the host, so by the loop alone a
-cheap-to-issue tile could win while its kernel runs 10-20% behind cuBLAS's; that tile then
-loses wherever the GPU sets the pace: under CUDA graphs, and in a model whose other work
-keeps the GPU's queue full.
+for the key, up to the noise of the two timings (`within`). Back-to-back calls of a small GEMM
+are paced by the host, so by the loop alone a cheap-to-issue tile could win while its kernel
+runs 10-20% behind cuBLAS's; that tile then loses wherever the GPU sets the pace: under CUDA
+graphs, and in a model whose other work keeps the GPU's queue full.
 
 Which measured config wins is decided here once, over measured records of any kind (stored
 trials or TrialResults: a `status` and the two figures), for the study's final re-timing
