@@ -112,12 +112,11 @@ def eligible(measured: list, launch: str) -> list:
     noise of the two (within); for graph, all."""
     if launch != EAGER:
         return list(measured)
-    kernels = {id(t): call_time(t, GRAPH) for t in measured}
-    fastest = min(filter(None, kernels.values()), key=lambda k: k.p50_ms, default=None)
+    kernels = [(t, call_time(t, GRAPH)) for t in measured]
+    fastest = min((k for _, k in kernels if k is not None), key=lambda k: k.p50_ms, default=None)
     if fastest is None:
         return list(measured)
-    return [t for t in measured
-            if kernels[id(t)] is not None and within(kernels[id(t)], fastest, DEVICE_SLACK)]
+    return [t for t, k in kernels if k is not None and within(k, fastest, DEVICE_SLACK)]
 
 
 def ranked(measured: Iterable, launch: str) -> list:
