@@ -6,6 +6,9 @@ after an exhaustive run over a narrow space, the kernels' own ceiling on those s
         --space benchmarks/spaces/midsize-probe.yaml --exhaustive --db sqlite:///probe.db
     # anywhere
     python benchmarks/variant_ceiling.py --db sqlite:///probe.db > ceiling.md
+
+With `--across PARAM` (e.g. num_stages), it tabulates instead every config's time at each
+value of PARAM, the other parameters fixed: how one knob moves each tile.
 """
 from __future__ import annotations
 
@@ -35,14 +38,50 @@ def tile(params: dict) -> str:
     return " ".join(f"{name}={params[name]}" for name in shown if name in params)
 
 
+def across(trials: list[Trial], param: str) -> tuple[list, dict[str, dict]]:
+    """The values `param` takes, and per config with `param` left out, its correct trials'
+    device time (µs) at each value."""
+    values = sorted({t.params[param] for t in trials if param in t.params})
+    rows: dict[str, dict] = {}
+    for trial in trials:
+        if trial.status is TrialStatus.OK and param in trial.params:
+            rest = {k: v for k, v in trial.params.items() if k != param}
+            label = f"{rest['variant']} {tile(rest)}"
+            rows.setdefault(label, {})[trial.params[param]] = trial.p50_ms * 1e3
+    return values, rows
+
+
+def print_across(studies: list[Study], param: str) -> None:
+    for study in studies:
+        trials = list(study.trials)
+        cublas = best_per_variant(trials).get("cublas")
+        values, rows = across(trials, param)
+        baseline = f"; cuBLAS {cublas.p50_ms * 1e3:.1f} µs" if cublas else ""
+        print(f"\n### {study.shape_M}x{study.shape_N}x{study.shape_K} {study.dtype} "
+              f"{study.shape_layout}: µs by {param}{baseline}\n")
+        print(f"| config | {' | '.join(f'{param}={v}' for v in values)} | best | "
+              "cuBLAS / best |")
+        print(f"|---|{'---|' * len(values)}---|---|")
+        for label, times in rows.items():
+            cells = " | ".join(f"{times[v]:.1f}" if v in times else "–" for v in values)
+            best = min(times, key=times.get)
+            ratio = f"{cublas.p50_ms * 1e3 / times[best]:.3f}" if cublas else "–"
+            print(f"| {label} | {cells} | {param}={best} | {ratio} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, help="SQLAlchemy URL of the tuning database")
+    parser.add_argument("--across", metavar="PARAM",
+                        help="tabulate every config's time at each value of this parameter")
     args = parser.parse_args()
     with session_factory(args.db, create=False)() as session:
         studies = session.scalars(select(Study).order_by(Study.id)).all()
         devices = {d.id: d.name for d in session.scalars(select(Device))}
         print(f"Device: {', '.join(sorted(set(devices.values())))}\n")
+        if args.across:
+            print_across(studies, args.across)
+            return
         print("| shape | variant | configs timed | best µs | cuBLAS / best | config |")
         print("|---|---|---|---|---|---|")
         for study in studies:

@@ -194,6 +194,22 @@ def test_persistent_refuses_warp_specialized_tiles_that_do_not_compile(monkeypat
     assert PERSISTENT.unsupported(gemm, subtiled) is None
 
 
+def test_persistent_refuses_deep_warp_specialized_tensor_core_tiles():
+    """From 5 stages on, 128- and 256-row warp-specialized wgmma tiles read wrong on an H100
+    (triton 3.6); 64-row tiles and IEEE fp32 tiles are right at every depth."""
+    deepest_safe = {**WARP_SPECIALIZED, "num_stages": persistent.WS_MAX_SAFE_STAGES}
+    deeper = {**deepest_safe, "num_stages": persistent.WS_MAX_SAFE_STAGES + 1}
+    for dtype in ("bf16", "fp16", "fp8e4m3"):
+        gemm = meta_gemm(Shape(256, 256, 256, dtype, "nt"))
+        assert PERSISTENT.unsupported(gemm, deepest_safe) is None
+        for block_m in (128, 256):
+            reason = PERSISTENT.unsupported(gemm, {**deeper, "BLOCK_M": block_m})
+            assert "wrong results" in reason, (dtype, block_m)
+        assert PERSISTENT.unsupported(gemm, {**deeper, "BLOCK_M": 64}) is None
+    ieee = meta_gemm(Shape(256, 256, 256, "fp32", "nt"))
+    assert PERSISTENT.unsupported(ieee, deeper) is None
+
+
 def test_a_warp_specialized_tile_holds_its_accumulator_on_its_mma_warps():
     """128×256 on num_warps=4 would need 256 accumulator registers a thread; warp-specialized,
     Triton multiplies on two warp groups of its own (168 registers reported, no spills)."""
@@ -291,6 +307,27 @@ def test_gpu_warp_specialized_persistent_matches_reference(tile, layout):
         shape = Shape(1000 + 8 * seed, 776, 1032, "bf16", layout)
         gemm = poisoned_gemm(shape, "cuda", bias=True)
         assert launch_error(PERSISTENT, gemm, config) <= DTYPES["bf16"].tolerance, seed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp8e4m3"])
+def test_gpu_warp_specialized_depths_the_variant_accepts_are_right(dtype):
+    """Every depth `unsupported` lets through, at the tile heights where deeper ones read wrong
+    (WS_MAX_SAFE_STAGES), on a ragged shape; 64-row tiles as deep as shared memory allows."""
+    gemm_shape = Shape(1000, 768, 1040, dtype, "nt")
+    kernel = KERNELS["mm"]
+    accepted = 0
+    for block_m, stages in itertools.product((64, 128, 256), range(2, 9)):
+        config = {"variant": "persistent", "pad": 0, **WARP_SPECIALIZED, "BLOCK_M": block_m,
+                  "num_stages": stages}
+        gemm = poisoned_gemm(gemm_shape, "cuda")
+        if kernel.feasible(config, gemm, 232448) is not None:
+            continue
+        accepted += 1
+        kernel.launch(gemm, config)
+        error = relative_error(gemm.out, reference(gemm))
+        assert error <= DTYPES[dtype].tolerance, (block_m, stages)
+    assert accepted >= 10
 
 
 @pytest.mark.gpu
