@@ -141,6 +141,24 @@ def test_suggest_exports_the_models_pick_without_a_gpu(workdir, monkeypatch):
 
 
 @pytest.mark.slow
+def test_excluded_variants_are_never_measured(workdir, monkeypatch):
+    """A deployment that never launches cuBLAS (TUNE_EXCLUDE=cublas) tunes without it: its
+    studies search the rest of the space, and its table's answers are Triton's."""
+    from tuner.db.models import Trial
+    from tuner.db.session import session_factory
+
+    space = SMALL_SPACE.replace("variant: [general]", "variant: [general, cublas]")
+    (workdir / "space.yaml").write_text(space)
+    (workdir / "shapes.csv").write_text("M,N,K,dtype\n40,48,64,bf16\n")
+    monkeypatch.setenv("TUNE_EXCLUDE", "cublas")
+    result = tune(workdir, *run_args(workdir, trials=4), "--no-early-stop")
+    assert result.exit_code == 0 and "tuned 1," in result.output, result.output
+    with session_factory(f"sqlite:///{workdir / 'tune.db'}")() as session:
+        variants = {trial.params["variant"] for trial in session.query(Trial)}
+    assert variants == {"general"}
+
+
+@pytest.mark.slow
 def test_retune_runs_again(workdir):
     tune(workdir, *run_args(workdir, trials=2))
     result = tune(workdir, *run_args(workdir, trials=2), "--retune")

@@ -199,6 +199,21 @@ def test_conditional_space_draws_only_the_chosen_variants_parameters(tmp_path):
     assert list(config)[:2] == ["variant", "pad"]
 
 
+def test_a_space_without_variants_drops_them_and_the_parameters_only_they_read(tmp_path):
+    text = GOOD_SPACE.replace("variant: [general]", "variant: [general, splitk]").replace(
+        "GROUP_M: [8]", "GROUP_M: [8]\n  SPLIT_K: [2, 4, 8]")
+    space = load_space(write(tmp_path, "s.yaml", text), VARIANTS)
+    general_only = space.without(frozenset({"splitk", "cublas"}))
+    assert general_only.params["variant"] == ("general",) and "SPLIT_K" not in general_only.params
+    assert list(general_only.params) == [p for p in space.params if p != "SPLIT_K"]
+    assert general_only.size == 8 and general_only.hash != space.hash
+    assert general_only.source.endswith("s.yaml less splitk")
+    assert space.without(frozenset({"cublas"})) is space
+    with pytest.raises(SpaceError, match="s.yaml: excluding general, splitk leaves kernel mm no "
+                                         "variant to search"):
+        space.without(frozenset({"general", "splitk"}))
+
+
 # -- the command line: every bad flag or file is one line, and nothing is written -----------
 
 
@@ -215,6 +230,15 @@ def test_conditional_space_draws_only_the_chosen_variants_parameters(tmp_path):
 def test_bad_run_flags_are_usage_errors(shapes_dir, args, words):
     result = tune("run", "--shapes", "s.csv", "--backend", "interpret", *args)
     assert result.exit_code == 2 and words in error_line(result)
+    assert sorted(p.name for p in shapes_dir.iterdir()) == ["s.csv"]
+
+
+def test_an_unknown_variant_to_exclude_is_one_line_before_anything_runs(shapes_dir,
+                                                                           monkeypatch):
+    monkeypatch.setenv("TUNE_EXCLUDE", "cublas,cubals")
+    result = tune("run", "--shapes", "s.csv", "--backend", "interpret")
+    assert result.exit_code == 2
+    assert "TUNE_EXCLUDE names unknown variant(s) cubals; known: cublas" in error_line(result)
     assert sorted(p.name for p in shapes_dir.iterdir()) == ["s.csv"]
 
 

@@ -84,6 +84,24 @@ class SearchSpace:
         return sum(math.prod(len(self.params[p]) for p in params if p != "variant")
                    for params in self.variant_params.values())
 
+    def without(self, variants: frozenset[str]) -> SearchSpace:
+        """This space less `variants` and the parameters only they read ($TUNE_EXCLUDE: a
+        deployment that never launches a variant gains nothing from measuring it); itself
+        when it searches none of them. SpaceError when nothing is left to search."""
+        kept = tuple(v for v in self.params["variant"] if v not in variants)
+        if kept == self.params["variant"]:
+            return self
+        dropped = ", ".join(v for v in self.params["variant"] if v in variants)
+        if not kept:
+            raise SpaceError(f"{self.source}: excluding {dropped} leaves kernel {self.kernel} "
+                             "no variant to search")
+        read = {v: self.variant_params[v] for v in kept}
+        used = {p for ps in read.values() for p in ps}
+        params = {name: kept if name == "variant" else values
+                  for name, values in self.params.items() if name in used}
+        return dataclasses.replace(self, params=params, variant_params=read,
+                                   source=f"{self.source} less {dropped}")
+
     def neighbours(self, config: Mapping) -> list[dict]:
         """The configs one step from `config` along one of its parameters (that parameter's
         next smaller or larger value in this space), the variant and every other parameter

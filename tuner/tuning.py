@@ -65,9 +65,16 @@ def backend_devices(backend_name: str, devices: tuple[int, ...] | None = None) -
 
 
 def load_spaces(space_paths: Sequence[str] = ()) -> dict:
-    """The built-in search spaces, with each --space file replacing its kernel's."""
+    """The built-in search spaces, with each --space file replacing its kernel's, less the
+    variants $TUNE_EXCLUDE names (what the deployment will never launch is not measured)."""
     from tuner.kernels import kernel_variants
+    from tuner.runtime.exclude import excluded_variants
     from tuner.space import builtin_spaces, load_space
+
+    try:
+        excluded = excluded_variants()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
     variants = kernel_variants()
     own = {}
@@ -77,7 +84,8 @@ def load_spaces(space_paths: Sequence[str] = ()) -> dict:
             raise UsageError(f"--space {own[space.kernel].source} and --space {path} are both "
                              f"for kernel {space.kernel}; give one space per kernel")
         own[space.kernel] = space
-    return builtin_spaces(variants, skip=frozenset(own)) | own
+    spaces = builtin_spaces(variants, skip=frozenset(own)) | own
+    return {kernel: space.without(excluded) for kernel, space in spaces.items()}
 
 
 def tune_plans(db, executor, spaces: dict, plans: list, budget, retune: bool,

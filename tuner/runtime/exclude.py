@@ -1,5 +1,6 @@
 """TUNE_EXCLUDE: variants the dispatcher never launches, e.g. `TUNE_EXCLUDE=cublas` for
-Triton answers only (get_tuned_config_without's answers, tuner.runtime.lookup).
+Triton answers only (get_tuned_config_without's answers, tuner.runtime.lookup). Tuning leaves
+them out of its search spaces too (tuner.tuning.load_spaces).
 
 Read once, on the dispatcher's first decision (tuner.runtime.dispatch.clear_cache forgets it),
 so a call pays nothing for it. A name no registered kernel has is refused in one line naming
