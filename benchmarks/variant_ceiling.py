@@ -39,14 +39,15 @@ def tile(params: dict) -> str:
 
 
 def across(trials: list[Trial], param: str) -> tuple[list, dict[str, dict]]:
-    """The values `param` takes, and per config with `param` left out, its correct trials'
-    device time (µs) at each value."""
+    """The values `param` takes, and per config with `param` left out (labelled by every
+    other parameter, so that no two configs share a row), its correct trials' device time
+    (µs) at each value."""
     values = sorted({t.params[param] for t in trials if param in t.params})
     rows: dict[str, dict] = {}
     for trial in trials:
         if trial.status is TrialStatus.OK and param in trial.params:
-            rest = {k: v for k, v in trial.params.items() if k != param}
-            label = f"{rest['variant']} {tile(rest)}"
+            label = " ".join(str(v) if k == "variant" else f"{k}={v}"
+                             for k, v in trial.params.items() if k != param)
             rows.setdefault(label, {})[trial.params[param]] = trial.p50_ms * 1e3
     return values, rows
 
