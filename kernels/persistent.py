@@ -28,7 +28,10 @@ Compiling for Hopper (sm_90) with Triton 3.6 and 3.9 shows:
   128- and 256-row tiles compile (host-built ones could not: triton #11587); 64×256 tiles
   do not, nor, on Triton 3.6, EPILOGUE_SUBTILE with 128 rows or more;
 - 128- and 256-row warp-specialized tiles on tensor cores compute wrong results from 5
-  stages on (WS_MAX_SAFE_STAGES).
+  stages on (WS_MAX_SAFE_STAGES);
+- on the CUDA cores (IEEE fp32) a warp-specialized loop runs 3-70x slower than the same
+  tile without: 1.3-28 ms against 0.34-0.50 ms at 2048x2048x2048 in every H100 and H200
+  study that tried one (benchmarks/data/studies-*.json.gz), trials better not spent.
 `unsupported` refuses those before anything compiles.
 
 NUM_SMS is a runtime argument Triton does not specialize on, so a compile on meta tensors
@@ -130,8 +133,8 @@ def num_sms(device: torch.device) -> int:
 def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     """The tma variant's operand checks, after the installed Triton's tl.range options (the
     tile loop passes both, so without one no config compiles, whatever it asks for) and after
-    the warp-specialized configs that build the plain loop (duplicates), fail to compile or
-    compute wrong results (see the module docstring)."""
+    the warp-specialized configs that build the plain loop (duplicates), fail to compile,
+    compute wrong results or run several times slower (see the module docstring)."""
     if _MISSING_RANGE_OPTIONS:
         missing = ", ".join(f"{option}=" for option in _MISSING_RANGE_OPTIONS)
         return (f"triton {triton.__version__}: tl.range has no {missing}, which the persistent "
@@ -149,6 +152,8 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
                 and gemm.tensor_cores):
             return (f"WARP_SPECIALIZE with BLOCK_M >= 128 and more than {WS_MAX_SAFE_STAGES} "
                     "stages computes wrong results on Hopper (triton 3.6)")
+        if not gemm.tensor_cores:
+            return "WARP_SPECIALIZE on the CUDA cores (IEEE fp32) runs several times slower"
     return tma.unsupported(gemm, tunables)
 
 

@@ -2,6 +2,8 @@
 
 Marked `gpu`: skipped on CPU-only machines, run on the GPU machine with `pytest -m gpu`.
 """
+import itertools
+
 import pytest
 import torch
 import yaml
@@ -13,11 +15,12 @@ from tuner.cli import main
 from tuner.dtypes import DTYPES
 from tuner.execution.backends import gpu_backend
 from tuner.execution.measure import random_gemm, random_operands, reference, relative_error
-from tuner.kernels import KERNELS, kernel_for
+from tuner.kernels import KERNELS, kernel_for, kernel_variants
 from tuner.kernels.base import config_label
 from tuner.kernels.cublas import TorchCalls
 from tuner.runtime import dispatch, fastpath
 from tuner.shapes import Shape
+from tuner.space import builtin_spaces
 
 pytestmark = pytest.mark.gpu
 
@@ -74,6 +77,44 @@ def test_every_variant_in_every_layout_and_dtype_at_scale(variant, layout, dtype
             kernel.launch(gemm, config)
             error = relative_error(gemm.out, reference(gemm))
             assert error <= DTYPES[dtype].tolerance, (shape, config, error)
+
+
+# The other parameters of a tile variant for the deep-pipeline check: each variant's switches
+# off, but warp specialization both ways (it changes who waits on the loads).
+DEEP_PIPELINE_DEFAULTS = {"GROUP_M": 8, "num_warps": 4, "SPLIT_K": 2, "FLATTEN": 0,
+                          "EPILOGUE_SUBTILE": 0, "SK_FULL_WAVES": 0}
+
+
+@pytest.mark.parametrize("dtype, layout", [("bf16", "nt"), ("fp16", "nn")])
+def test_every_tile_variant_is_right_at_the_deep_pipelines_of_the_space(dtype, layout):
+    """The built-in mm space offers pipelines past 5 stages (mid-size GEMMs that wait on
+    their loads gain from them): every tile variant at each such depth that it accepts, 64-
+    and 128-row tiles, on a shape ragged in every block dimension."""
+    kernel = KERNELS["mm"]
+    space = builtin_spaces(kernel_variants())["mm"]
+    depths = [n for n in space.params["num_stages"] if n > 5]
+    assert depths
+    gemm_shape = Shape(1000, 776, 1032, dtype, layout)
+    accepted = set()
+    for variant in space.params["variant"]:
+        params = kernel.variant[variant].params
+        if "BLOCK_M" not in params:
+            continue
+        for block_m, stages, specialized in itertools.product((64, 128), depths, (0, 1)):
+            if specialized and "WARP_SPECIALIZE" not in params:
+                continue
+            tunables = {**DEEP_PIPELINE_DEFAULTS, "BLOCK_M": block_m, "BLOCK_N": 128,
+                        "BLOCK_K": 64, "num_stages": stages, "WARP_SPECIALIZE": specialized}
+            config = {"variant": variant, "pad": 0, **{p: tunables[p] for p in params}}
+            gemm = random_gemm(gemm_shape, "cuda", seed=stages)
+            if kernel.feasible(config, gemm, 232448) is not None:
+                continue
+            gemm.out.fill_(float("nan"))
+            kernel.launch(gemm, config)
+            error = relative_error(gemm.out, reference(gemm))
+            assert error <= DTYPES[dtype].tolerance, (config_label(config), error)
+            accepted.add(variant)
+    assert accepted >= {"general", "tma", "persistent", "streamk", "splitk", "gluon"}
 
 
 def test_torch_compile_fullgraph_mlp_with_tuner_linear():

@@ -176,18 +176,21 @@ def test_the_model_alone_reaches_90_percent_of_the_recorded_best():
     assert geomean([picked / best for _, best, picked in rows]) >= 0.90
 
 
-# Every measured trial of the 52 H200 studies of issue 6's first tune (the shapes-dev and
-# hold-out tunes), committed for CI: tests/data/README.md.
-STUDIES_H200 = RECORDED_H200.parent / "studies-h200.json.gz"
+# Every measured trial of 52 studies of the shapes-dev and hold-out tunes, committed for CI
+# (tests/data/README.md): issue 6's first H200 tune, and the H100 tunes of 2026-11-26.
+STUDIES = {"studies-h200.json.gz": "H200 SXM", "studies-h100.json.gz": "H100 SXM"}
 
 
-def test_the_model_picks_well_among_the_configs_h200_studies_measured():
-    """Among each study's measured configs the model's pick reaches 0.926 of the best
-    (geomean); with the 64 KB in-flight bound it had before, 0.891."""
-    with gzip.open(STUDIES_H200, "rt") as f:
+@pytest.mark.parametrize("name", STUDIES)
+def test_the_model_picks_well_among_the_configs_studies_measured(name):
+    """Among each study's measured configs the model's pick reaches 0.970 of the best
+    (geomean) on the H200's and 0.960 on the H100's; taking the larger of the tensor cores'
+    time and the load wait rather than their rounded maximum (STEP_OVERLAP_NORM), 0.939 and
+    0.885."""
+    with gzip.open(RECORDED_H200.parent / name, "rt") as f:
         doc = json.load(f)
     spec = named_spec(doc["device"])
-    assert spec.name == "H200 SXM" and len(doc["studies"]) == 52
+    assert spec.name == STUDIES[name] and len(doc["studies"]) == 52
     ratios = [model_pick_among(Shape.from_label(s["shape"]), s["trials"], spec)
               for s in doc["studies"]]
-    assert geomean(ratios) >= 0.91
+    assert geomean(ratios) >= 0.95

@@ -131,6 +131,9 @@ def test_persistent_flags_with_many_tiles_per_program(flags, dtype, device):
         # Triton would build the plain loop: a duplicate of WARP_SPECIALIZE=0, refused.
         assert "WARP_SPECIALIZE takes effect only" in PERSISTENT.unsupported(gemm, config)
         return
+    if flags["WARP_SPECIALIZE"] and not gemm.tensor_cores:
+        assert "several times slower" in PERSISTENT.unsupported(gemm, config)
+        return
     assert launch_error(PERSISTENT, gemm, config) <= DTYPES[dtype].tolerance
 
 
@@ -196,7 +199,7 @@ def test_persistent_refuses_warp_specialized_tiles_that_do_not_compile(monkeypat
 
 def test_persistent_refuses_deep_warp_specialized_tensor_core_tiles():
     """From 5 stages on, 128- and 256-row warp-specialized wgmma tiles read wrong on an H100
-    (triton 3.6); 64-row tiles and IEEE fp32 tiles are right at every depth."""
+    (triton 3.6); 64-row tiles are right at every depth."""
     deepest_safe = {**WARP_SPECIALIZED, "num_stages": persistent.WS_MAX_SAFE_STAGES}
     deeper = {**deepest_safe, "num_stages": persistent.WS_MAX_SAFE_STAGES + 1}
     for dtype in ("bf16", "fp16", "fp8e4m3"):
@@ -206,8 +209,16 @@ def test_persistent_refuses_deep_warp_specialized_tensor_core_tiles():
             reason = PERSISTENT.unsupported(gemm, {**deeper, "BLOCK_M": block_m})
             assert "wrong results" in reason, (dtype, block_m)
         assert PERSISTENT.unsupported(gemm, {**deeper, "BLOCK_M": 64}) is None
+
+
+def test_persistent_refuses_warp_specialized_cuda_core_loops():
+    """Every study that tried one measured a warp-specialized IEEE fp32 tile 3-70x slower than
+    the best (benchmarks/data/studies-*.json.gz); with TF32 allowed it runs on tensor cores."""
     ieee = meta_gemm(Shape(256, 256, 256, "fp32", "nt"))
-    assert PERSISTENT.unsupported(ieee, deeper) is None
+    assert "slower" in PERSISTENT.unsupported(ieee, {**WARP_SPECIALIZED, "BLOCK_M": 64})
+    assert PERSISTENT.unsupported(ieee, {**WARP_SPECIALIZED, "WARP_SPECIALIZE": 0}) is None
+    tf32 = dataclasses.replace(ieee, allow_tf32=True)
+    assert PERSISTENT.unsupported(tf32, {**WARP_SPECIALIZED, "BLOCK_M": 64}) is None
 
 
 def test_a_warp_specialized_tile_holds_its_accumulator_on_its_mma_warps():

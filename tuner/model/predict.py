@@ -14,12 +14,14 @@ tuner/model/tiles.py; a variant without one (a user's own kernel) has no predict
 - Padding (`pad`) changes the problem the variant sees; the pad copies (A and B in, the
   result out) cost their bytes at DRAM bandwidth plus a launch each.
 - A tile program walks K in BLOCK_K steps. One step of the programs resident on an SM
-  takes the longest of: their tensor-core work (at a per-tile efficiency: wgmma or
-  mma.sync), their shared-memory traffic, their load-issue slots (pointer loads only;
-  scalar when a stride is not a multiple of 16 elements), one program's serial chain (its
-  MMA and the barrier bubble, plus the load latency when loads cannot be asynchronous), and
-  memory: the SM keeps at most num_stages - 1 steps of loads, and at most
-  INFLIGHT_BYTES_PER_SM, in flight, each for its latency (Little's law).
+  takes the longest of their tensor-core work (at a per-tile efficiency: wgmma or
+  mma.sync), their shared-memory traffic and their load-issue slots (pointer loads only;
+  scalar when a stride is not a multiple of 16 elements), combined with the wait on
+  memory (the SM keeps at most num_stages - 1 steps of loads, and at most
+  INFLIGHT_BYTES_PER_SM, in flight, each for its latency: Little's law) by a rounded
+  maximum, since neither hides the other fully; and no less than one program's serial
+  chain (its MMA and the barrier bubble, plus the load latency when loads cannot be
+  asynchronous).
 - Every load waits about a DRAM latency: the programs that share a panel of A or B run
   side by side and ask for it together, so nearly all wait on a fill. The grouped tile
   order (GROUP_M) sets how often A and B come from DRAM, so the kernel's DRAM floor.

@@ -83,6 +83,13 @@ LOAD_LATENCY_S = 1.0e-6
 # that measured faster at M = 16-512; values from 96 to 192 KB rank the same
 # (benchmarks/model_on_studies.py scores the choice).
 INFLIGHT_BYTES_PER_SM = 128 * 1024
+# How a step's throughput work (tensor cores, shared memory, load issue) and its load wait
+# combine: their p-norm with this p, a maximum with a rounded corner. Neither hides the other
+# fully (near balance the MMAs stall on late tiles, the loads on busy slots), and a plain
+# maximum sees no gain from stages that measured 10-20% faster (benchmarks/results/vs-cublas/
+# pipeline-depth-h100.md). p = 4 ranks the studies' measured configs best of 2-8 and the
+# plain maximum (benchmarks/results/model-quality/model_on_studies-*.md).
+STEP_OVERLAP_NORM = 4
 # An outstanding miss holds a 128-byte L1 line slot whatever part of the line it wants, so
 # a tile row narrower than a line takes a whole slot.
 REQUEST_BYTES = 128
@@ -401,12 +408,15 @@ def step_seconds(step: Step, resident: int) -> float:
 
     They share the tensor cores, shared memory and load lanes (throughput); each has its own
     serial chain; and the SM keeps at most `depth` steps, and INFLIGHT_BYTES_PER_SM, of
-    loads in flight, each for LOAD_LATENCY_S (Little's law).
+    loads in flight, each for LOAD_LATENCY_S (Little's law). The throughput and the load
+    wait overlap only in part (STEP_OVERLAP_NORM); the chain is a floor.
     """
     shared = resident * max(step.mma, step.smem, step.lsu)
     in_flight = min(resident * step.depth * step.charged, INFLIGHT_BYTES_PER_SM)
     memory = resident * step.charged * LOAD_LATENCY_S / in_flight
-    return max(shared, step.chain, memory)
+    overlapped = (shared ** STEP_OVERLAP_NORM + memory ** STEP_OVERLAP_NORM) ** (
+        1 / STEP_OVERLAP_NORM)
+    return max(overlapped, step.chain)
 
 
 def epilogue_seconds(tile: Tile, out_itemsize: int, spec: DeviceSpec) -> float:
