@@ -199,21 +199,22 @@ def decode_ms(config) -> float:
             * (1 + 0.15 * (config["BLOCK_M"] >= 64)) * (1 + jitter))
 
 
-class DecodeExecutor(CublasExecutor):
-    """decode_ms as device time and per eager call, each with a 1% p20-p80 spread."""
+class FormulaExecutor(CublasExecutor):
+    """`ms_of(config)` as device time and per eager call, each with a 1% p20-p80 spread."""
 
-    def __init__(self):
-        super().__init__(cublas_ms=decode_ms(CUBLAS))
+    def __init__(self, ms_of):
+        super().__init__(cublas_ms=ms_of(CUBLAS))
+        self.ms_of = ms_of
 
     def measure(self, slot, shape, seed, kernel_name, config, short=False):
         (self.short if short else self.measured).append(config)
-        ms = decode_ms(config)
+        ms = self.ms_of(config)
         loop = {} if short else dict(host_us=10.0, loop_ms=ms, loop_p20_ms=ms * 0.995,
                                      loop_p80_ms=ms * 1.005)
         return TrialResult("ok", None, ms * 0.995, ms, ms * 1.005, 1.0, 1e-3, None, "x", **loop)
 
     def retime(self, slot, shape, seed, kernel_name, configs, launch):
-        return [Timing(decode_ms(c) * 0.995, decode_ms(c), decode_ms(c) * 1.005, 30, "x")
+        return [Timing(self.ms_of(c) * 0.995, self.ms_of(c), self.ms_of(c) * 1.005, 30, "x")
                 for c in configs]
 
 
@@ -226,7 +227,7 @@ def test_a_decode_study_whose_gains_come_early_ends_soon_after_them(world):
     tiles = [{"variant": "general", "pad": 0, "BLOCK_M": m, "BLOCK_N": 64, "BLOCK_K": k,
               "GROUP_M": 1, "num_stages": 3, "num_warps": 2} for m, k in ((64, 32), (64, 64),
                                                                           (32, 64))]
-    executor, in_descent = DecodeExecutor(), []
+    executor, in_descent = FormulaExecutor(decode_ms), []
     runner, _ = world.runner(executor, trials=40, space=WIDE, patience=8, polish=6, batch=16,
                              launch=EAGER, warm_start=[CUBLAS, *tiles], early_stop=True,
                              on_trial=lambda done, result: in_descent.append(
@@ -785,3 +786,33 @@ def test_finalists_are_re_timed_only_where_their_trials_leave_the_winner_open():
     assert not contested(finalists([leader, far_call], EAGER), EAGER)
     assert contested(finalists([leader, trial(1 + DEVICE_SLACK * 0.9, 9.0)], GRAPH), GRAPH)
     assert not contested(finalists([leader, trial(1 + DEVICE_SLACK * 1.1, 1.0)], GRAPH), GRAPH)
+
+
+def test_the_descent_measures_the_steps_the_model_predicts_fastest_first():
+    from tuner.search.stopping import descent_order
+
+    steps = [{"BLOCK_M": 64}, {"num_stages": 6}, {"num_stages": 4}, {"GROUP_M": 8}]
+    predicted = {64: 3.0, 6: 1.0, 4: 2.0}
+    predict = lambda c: predicted.get(c.get("BLOCK_M") or c.get("num_stages"), 2.0)  # noqa: E731
+    assert descent_order(steps, predict) == [steps[1], steps[2], steps[3], steps[0]]
+    assert descent_order(steps, None) == steps  # no model: the space's order
+
+
+def deeper_ms(config) -> float:
+    """One step pays: a deeper pipeline; every other step from the start tile costs."""
+    if config["variant"] == "cublas":
+        return 10.0
+    return 0.7 if config["num_stages"] == 4 else 1.0 + 0.1 * (config["BLOCK_M"] != 64)
+
+
+def test_a_single_polish_step_goes_where_the_model_predicts_the_gain(world):
+    """The step that pays (num_stages) comes after BLOCK_M, N and K and GROUP_M in the
+    space's order; the model predicts it fastest, so one polish step finds it."""
+    start = {"variant": "general", "pad": 0, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64,
+             "GROUP_M": 1, "num_stages": 3, "num_warps": 4}
+    bound = ModelBound(deeper_ms, deeper_ms({**start, "num_stages": 4}), frozenset({"cublas"}))
+    runner, _ = world.runner(FormulaExecutor(deeper_ms), trials=2, space=WIDE, polish=1, batch=2,
+                             warm_start=[CUBLAS, start], early_stop=True, bound=bound)
+    outcome = runner.run()
+    assert runner.polished == 1
+    assert outcome.best.params == {**start, "num_stages": 4}

@@ -213,7 +213,7 @@ def test_persistent_refuses_deep_warp_specialized_tensor_core_tiles():
 
 def test_persistent_refuses_warp_specialized_cuda_core_loops():
     """Every study that tried one measured a warp-specialized IEEE fp32 tile 3-70x slower than
-    the best (benchmarks/data/studies-*.json.gz); with TF32 allowed it runs on tensor cores."""
+    the best (tests/data/studies-h*.json.gz); with TF32 allowed it runs on tensor cores."""
     ieee = meta_gemm(Shape(256, 256, 256, "fp32", "nt"))
     assert "slower" in PERSISTENT.unsupported(ieee, {**WARP_SPECIALIZED, "BLOCK_M": 64})
     assert PERSISTENT.unsupported(ieee, {**WARP_SPECIALIZED, "WARP_SPECIALIZE": 0}) is None

@@ -22,7 +22,7 @@ import random
 import statistics
 import zlib
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from tuner.search.budget import (
     REFERENCE_POLISH,
 )
 from tuner.search.samplers import make_sampler
-from tuner.search.stopping import descent_start, search_stop
+from tuner.search.stopping import descent_order, descent_start, search_stop
 from tuner.search.study import ASKS_PER_TRIAL
 from tuner.search.warmstart import library_configs, library_variants, merged, model_bound
 from tuner.shapes import Shape, checked_shape
@@ -274,7 +274,7 @@ def replay(recording: ShapeRecording, strategy: Strategy, seed: int, trials: int
             break
         trial, signature = flying.popleft()
         study.tell(trial, seen.measure(signature))
-    _polish(recording, seen, strategy.polish)
+    _polish(recording, seen, strategy.polish, bound.predict if bound else None)
     return _fractions([recording.tflops[s] for s in seen.order], recording.best)
 
 
@@ -310,9 +310,11 @@ class Noise:
         return [(dict(sig), call.p50_ms) for sig, call in zip(self.order, self.calls) if call]
 
 
-def _polish(recording: ShapeRecording, seen: Noise, polish: int) -> None:
+def _polish(recording: ShapeRecording, seen: Noise, polish: int,
+            predict: Callable[[Mapping], float] | None) -> None:
     """The polish steps of a study (tuner.search.study): rounds of the unmeasured neighbours
-    of the config the descent starts from (as seen), while it moves and steps are left."""
+    of the config the descent starts from (as seen), in the descent's order, while it moves
+    and steps are left."""
     library = library_variants(KERNELS[recording.kernel])
     done = 0
     while done < polish:
@@ -321,8 +323,10 @@ def _polish(recording: ShapeRecording, seen: Noise, polish: int) -> None:
         if not by_time:
             break
         start = descent_start(by_time, library)
-        steps = [config_signature(c) for c in recording.space.neighbours(start)]
-        steps = [s for s in steps if s in recording.tflops and s not in seen.tflops]
+        steps = [c for c in recording.space.neighbours(start)
+                 if config_signature(c) in recording.tflops
+                 and config_signature(c) not in seen.tflops]
+        steps = [config_signature(c) for c in descent_order(steps, predict)]
         if not steps:
             break
         for signature in steps[:polish - done]:

@@ -12,11 +12,11 @@ early by the rules of tuner.search.stopping: patience, and with `early_stop` the
 and a confirmed warm start (the warm start is then measured before the sampler is asked, so
 that those rules can judge it), or once its time budget is spent. Then up to `polish` more trials
 descend from the best config (stopping.descent_start: where cuBLAS leads, the best tile within
-reach of it), one parameter a step (its runnable neighbours not yet measured, round after
-round while the best moves): TPE spreads its trials over the whole space, and the best
-config's GROUP_M or BLOCK_K one value away can be faster still. At the end the top configs,
-where their trials left them within the noise between trials of each other, are re-timed
-side by side, and the winner is the best of that re-timing.
+reach of it), one parameter a step (its runnable neighbours not yet measured, the model's
+fastest first, round after round while the best moves): TPE spreads its trials over the
+whole space, and the best config's GROUP_M or BLOCK_K one value away can be faster still.
+At the end the top configs, where their trials left them within the noise between trials of
+each other, are re-timed side by side, and the winner is the best of that re-timing.
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -78,6 +78,7 @@ from tuner.search.stopping import (
     ModelBound,
     Stop,
     WarmConfirmation,
+    descent_order,
     descent_start,
     search_stop,
 )
@@ -351,7 +352,8 @@ class StudyRunner:
         steps = [c for c in self.space.neighbours(start)
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
-                 and self.kernel.feasible(c, self.meta_gemm, self.smem_limit) is None][:left]
+                 and self.kernel.feasible(c, self.meta_gemm, self.smem_limit) is None]
+        steps = descent_order(steps, self.bound.predict if self.bound else None)[:left]
         for config in steps:  # Optuna hands enqueued trials out first, in order
             study.enqueue_trial(config, skip_if_exists=False)
         self.polished += len(steps)
