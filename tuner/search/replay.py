@@ -323,10 +323,8 @@ def _polish(recording: ShapeRecording, seen: Noise, polish: int,
         if not by_time:
             break
         start = descent_start(by_time, library)
-        steps = [c for c in recording.space.neighbours(start)
-                 if config_signature(c) in recording.tflops
-                 and config_signature(c) not in seen.tflops]
-        steps = [config_signature(c) for c in descent_order(steps, predict)]
+        steps = map(config_signature, descent_order(recording.space.neighbours(start), predict))
+        steps = [s for s in steps if s in recording.tflops and s not in seen.tflops]
         if not steps:
             break
         for signature in steps[:polish - done]:
