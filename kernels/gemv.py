@@ -1,12 +1,21 @@
-"""The `gemv` variant: the matrix-vector product y = A @ x, for GEMMs with N == 1 or M == 1.
+"""The `gemv` and `multigemv` variants: a matrix times one vector (y = A @ x) or a few
+(Y = A @ X), for GEMMs whose short side is 1 (gemv) or at most MAX_VECTORS (multigemv).
 
 With one output column a tensor-core tile would be almost all padding, and the work is bound
 by reading A once. So each program reduces BLOCK_M rows of A against x on the CUDA cores:
 multiply in fp32, sum over K. A single-row GEMM (M == 1, decode) is the same product
 transposed: out^T = B^T @ a^T, with B^T read through its strides, never copied.
+
+A few rows (decode at batch 2 to 4) are the same walk over A, each loaded element multiplied
+into every vector's sum. On an H100 a 2×4096×4096 bf16 GEMM streams the weight at 2.3 TB/s
+this way: 1.6x cuBLAS and 1.8x the best tensor-core tile its study timed, whose 16-row MMA is
+mostly padding here (benchmarks/results/vs-cublas/README.md). The gemv kernel serves the
+single row or column (tuner.kernels.kernel_for); the mm kernel offers multigemv for its
+short ones.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,81 +34,110 @@ from tuner.kernels._mainloop import wrapped_indices
 from tuner.kernels.base import TILE_SHORT_NAMES, Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands
+from tuner.model.tiles import MAX_REGS_PER_THREAD
+
+# The most vectors (the GEMM's short side) multigemv takes: at 4 it already trails cuBLAS
+# on bf16 weights of 3584 and more; beyond, every program's loads of X and its multiplies
+# grow while the matrix's read does not.
+MAX_VECTORS = 4
+# Registers per thread the BLOCK_V×BLOCK_M×BLOCK_K accumulator may take: half a thread's,
+# so the loaded operands and addresses fit beside it without spilling (as kreduce's).
+MAX_ACCUMULATOR_REGS = MAX_REGS_PER_THREAD // 2
 
 
 @triton.jit
 def _gemv_kernel(
-    a_ptr, x_ptr, y_ptr, M, K,
+    a_ptr, x_ptr, y_ptr, M, K, VECTORS,
     wrap_m,  # rows of A wrap here (_launch.wrap_point)
-    stride_am, stride_ak, stride_xk, stride_ym,
-    bias_ptr, stride_bias, scale_a_ptr, scale_b_ptr,
+    stride_am, stride_ak, stride_xk, stride_xv, stride_ym, stride_yv,
+    bias_ptr, stride_bias_m, stride_bias_v, scale_a_ptr, scale_b_ptr,
     BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr,  # VECTORS rounded up to a power of two (tl.arange's)
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K mask needed
     HINT_M: tl.constexpr,  # the contiguity hint holds (_launch.wrap_keeps_vectors)
     INT64_OFFSETS: tl.constexpr,  # some offset may overflow int32
-    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # as in _epilogue.py, along y
+    HAS_BIAS: tl.constexpr, SCALED: tl.constexpr,  # as in _epilogue.py, along Y
 ):
+    """Y[m, v] = sum_k A[m, k] X[k, v] for BLOCK_M rows m of A and every vector v."""
     if INT64_OFFSETS:
         # Every offset below is index * stride, so wide strides make all of them int64.
         stride_am, stride_ak = tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64)
-        stride_xk, stride_ym = tl.cast(stride_xk, tl.int64), tl.cast(stride_ym, tl.int64)
+        stride_xk, stride_xv = tl.cast(stride_xk, tl.int64), tl.cast(stride_xv, tl.int64)
+        stride_ym, stride_yv = tl.cast(stride_ym, tl.int64), tl.cast(stride_yv, tl.int64)
 
     first_row = tl.program_id(0) * BLOCK_M
     rows = wrapped_indices(first_row, wrap_m, BLOCK_M, HINT_M)
+    vs = tl.arange(0, BLOCK_V)
     ks = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-    x_ptrs = x_ptr + ks * stride_xk
+    # Both operands are loaded as 3-D blocks of the accumulator's shape (1×BLOCK_M×BLOCK_K
+    # of A, BLOCK_V×1×BLOCK_K of X), so the product broadcasts without changing layouts.
+    a_ptrs = a_ptr + (rows[None, :, None] * stride_am + ks[None, None, :] * stride_ak)
+    x_ptrs = x_ptr + (vs[:, None, None] * stride_xv + ks[None, None, :] * stride_xk)
+    in_v = vs[:, None, None] < VECTORS
 
     # Products accumulate elementwise and are summed over K once, after the loop: a sum per
     # step would shuffle across threads on every step, and the loop should only stream A.
-    # A is read once, x by every program: A's lines leave L2 first, so x's stay.
-    acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
+    # A is read once, X by every program: A's lines leave L2 first, so X's stay.
+    acc = tl.zeros((BLOCK_V, BLOCK_M, BLOCK_K), dtype=tl.float32)
     for k_step in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs, eviction_policy="evict_first")
-            x = tl.load(x_ptrs, eviction_policy="evict_last")
+            x = tl.load(x_ptrs, mask=in_v, other=0.0, eviction_policy="evict_last")
         else:
-            k_left = K - k_step * BLOCK_K
-            a = tl.load(a_ptrs, mask=ks[None, :] < k_left, other=0.0,
-                        eviction_policy="evict_first")
-            x = tl.load(x_ptrs, mask=ks < k_left, other=0.0, eviction_policy="evict_last")
-        acc += a.to(tl.float32) * x.to(tl.float32)[None, :]
+            in_k = ks[None, None, :] < K - k_step * BLOCK_K
+            a = tl.load(a_ptrs, mask=in_k, other=0.0, eviction_policy="evict_first")
+            x = tl.load(x_ptrs, mask=in_v & in_k, other=0.0, eviction_policy="evict_last")
+        acc += a.to(tl.float32) * x.to(tl.float32)
         a_ptrs += BLOCK_K * stride_ak
         x_ptrs += BLOCK_K * stride_xk
-    y = tl.sum(acc, axis=1)
+    y = tl.sum(acc, axis=2)  # BLOCK_V×BLOCK_M
 
     out_rows = first_row + tl.arange(0, BLOCK_M)
+    in_y = (vs[:, None] < VECTORS) & (out_rows[None, :] < M)
     if SCALED:
         y = y * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-    if HAS_BIAS:  # stride_bias 0: one bias for every row (N == 1)
-        y += tl.load(bias_ptr + out_rows * stride_bias, mask=out_rows < M).to(tl.float32)
-    tl.store(y_ptr + out_rows * stride_ym, y.to(y_ptr.dtype.element_ty), mask=out_rows < M)
+    if HAS_BIAS:  # the bias runs along N: along Y's rows or along its vectors
+        y += tl.load(bias_ptr + out_rows[None, :] * stride_bias_m + vs[:, None] * stride_bias_v,
+                     mask=in_y).to(tl.float32)
+    tl.store(y_ptr + out_rows[None, :] * stride_ym + vs[:, None] * stride_yv,
+             y.to(y_ptr.dtype.element_ty), mask=in_y)
 
 
 def _as_gemv(gemm: Gemm):
-    """(A, x, y, rows of A's buffer) with y = A @ x: the GEMM itself when N == 1, its
-    transpose when M == 1."""
+    """(A, X, Y, rows of A's buffer, transposed) with Y = A @ X, X holding the short side's
+    vectors: the GEMM itself when N is the short side, its transpose when M is."""
     M, N, _ = gemm.mnk
-    if N == 1:
-        return gemm.a, gemm.b[:, 0], gemm.out[:, 0], gemm.a_buffer_rows
-    return gemm.b.t(), gemm.a[0, :], gemm.out[0, :], gemm.b_buffer_cols
+    if N <= M:
+        return gemm.a, gemm.b, gemm.out, gemm.a_buffer_rows, False
+    return gemm.b.t(), gemm.a.t(), gemm.out.t(), gemm.b_buffer_cols, True
 
 
-def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
-    a, x, y, buffer_rows = _as_gemv(gemm)
-    (M, K) = a.shape
+def vectors(gemm: Gemm) -> int:
+    """How many vectors multiply the matrix: the GEMM's short side."""
+    M, N, _ = gemm.mnk
+    return min(M, N)
+
+
+def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool,
+           rows_param: str = "BLOCK_M") -> None:
+    """rows_param: the variant's name for the rows of A per program (the kernel's BLOCK_M)."""
+    a, x, y, buffer_rows, transposed = _as_gemv(gemm)
+    (M, K), count = a.shape, x.shape[1]
     wrap_m = wrap_point(M, buffer_rows)
     (bias, *scales), epilogue_flags = epilogue_args(gemm)
-    # The bias runs along N: one value for all of y when N == 1, one per element of y else.
-    stride_bias = 0 if gemm.bias is None or gemm.mnk[1] == 1 else bias.stride(0)
-    args = (a, x, y, M, K, wrap_m, *a.stride(), x.stride(0), y.stride(0), bias, stride_bias,
-            *scales)
-    start(_gemv_kernel, (cdiv(M, tunables["BLOCK_M"]),), args, dict(
+    # The bias runs along N: along Y's vectors when N is the short side, its rows else.
+    bias_stride = 0 if gemm.bias is None else bias.stride(0)
+    stride_bias_m, stride_bias_v = (bias_stride, 0) if transposed else (0, bias_stride)
+    args = (a, x, y, M, K, count, wrap_m, *a.stride(), *x.stride(), *y.stride(), bias,
+            stride_bias_m, stride_bias_v, *scales)
+    block_m = tunables[rows_param]
+    start(_gemv_kernel, (cdiv(M, block_m),), args, dict(
+        BLOCK_M=block_m, BLOCK_K=tunables["BLOCK_K"], BLOCK_V=triton.next_power_of_2(count),
         EVEN_K=K % tunables["BLOCK_K"] == 0,
         HINT_M=wrap_keeps_vectors(wrap_m),
         INT64_OFFSETS=needs_int64(a, x, y),
+        num_stages=tunables["num_stages"], num_warps=tunables["num_warps"],
         **epilogue_flags,
-        **tunables,  # BLOCK_M/K constexprs; num_stages and num_warps options
     ), compile_only)
 
 
@@ -108,23 +146,57 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     return None if M == 1 or N == 1 else f"gemv needs M == 1 or N == 1, not {M}×{N}"
 
 
-def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
-    """Shared memory if Triton pipelines the loads: at most num_stages buffered A tiles and x
-    slices (not measured against Triton's figures, so the tile kernels' num_stages - 1 off
-    the CUDA cores is not assumed)."""
-    tile_elements = tunables["BLOCK_M"] * tunables["BLOCK_K"] + tunables["BLOCK_K"]
+def multigemv_unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
+    """Past MAX_VECTORS the tiles win (module docstring); an accumulator past half a
+    thread's registers would spill."""
+    M, N, _ = gemm.mnk
+    count = vectors(gemm)
+    if count > MAX_VECTORS:
+        return f"multigemv needs M or N <= {MAX_VECTORS}, not {M}×{N}"
+    regs = (triton.next_power_of_2(count) * tunables["ROWS"] * tunables["BLOCK_K"]
+            // (32 * tunables["num_warps"]))
+    if regs > MAX_ACCUMULATOR_REGS:
+        return (f"registers: the accumulator alone needs {regs} per thread, limit "
+                f"{MAX_ACCUMULATOR_REGS}")
+    return None
+
+
+def _smem_bytes(tunables: Mapping[str, int], operands: TileOperands, vectors: int,
+                rows_param: str) -> int:
+    """Shared memory if Triton pipelines the loads: at most num_stages buffered A tiles and
+    slices of `vectors` vectors (not measured against Triton's figures, so the tile kernels'
+    num_stages - 1 off the CUDA cores is not assumed)."""
+    tile_elements = (tunables[rows_param] + vectors) * tunables["BLOCK_K"]
     return tunables["num_stages"] * tile_elements * operands.itemsize
 
 
+_STEP_PARAMS = ("BLOCK_K", "num_stages", "num_warps")
+
 GEMV = Variant(
     name="gemv",
-    params=("BLOCK_M", "BLOCK_K", "num_stages", "num_warps"),
+    params=("BLOCK_M", *_STEP_PARAMS),
     launch=launch,
-    smem_bytes=smem_bytes,
+    smem_bytes=functools.partial(_smem_bytes, vectors=1, rows_param="BLOCK_M"),
     source_path=Path(__file__),
     unsupported=unsupported,
-    short_names={p: TILE_SHORT_NAMES[p] for p in ("BLOCK_M", "BLOCK_K", "num_stages",
-                                                  "num_warps")},
+    short_names={p: TILE_SHORT_NAMES[p] for p in ("BLOCK_M", *_STEP_PARAMS)},
     expand_op="gemv",
     model_seconds=gemv_cost.seconds,
+)
+
+# In the mm kernel's space the rows of A per program are ROWS: the tile variants' BLOCK_M
+# starts at 16 (a tensor-core MMA), and 1-8 there would multiply every tile variant's
+# configs that the model ranks for each study.
+MULTIGEMV = Variant(
+    name="multigemv",
+    params=("ROWS", *_STEP_PARAMS),
+    launch=functools.partial(launch, rows_param="ROWS"),
+    smem_bytes=functools.partial(_smem_bytes, vectors=MAX_VECTORS, rows_param="ROWS"),
+    source_path=Path(__file__),
+    unsupported=multigemv_unsupported,
+    takes_pad=False,  # reads any strides in place: a pad copy only adds a pass
+    short_names={"ROWS": "R", **{p: TILE_SHORT_NAMES[p] for p in _STEP_PARAMS}},
+    no_expand_op=("a CUDA-core product of a matrix with a few vectors: FlagGems' mm ops are "
+                  "tensor-core tiles"),
+    model_seconds=functools.partial(gemv_cost.seconds, rows_param="ROWS"),
 )

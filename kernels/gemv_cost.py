@@ -1,5 +1,5 @@
-"""The `gemv` variant's term in the analytical model (tuner.model.predict): y = A @ x on the
-CUDA cores, bound by reading the matrix once (kernels/gemv.py).
+"""The `gemv` and `multigemv` variants' term in the analytical model (tuner.model.predict):
+Y = A @ X on the CUDA cores, bound by reading the matrix once (kernels/gemv.py).
 
 Beside the kernel rather than in it, so that a change to the model leaves the kernel's source
 hash, and with it every tuned result, as it is.
@@ -25,18 +25,21 @@ if TYPE_CHECKING:
 
 
 def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
-            spec: DeviceSpec) -> float:
-    """The matrix is A (N == 1) or B transposed (M == 1); each program reduces BLOCK_M of its
-    rows over K in BLOCK_K steps: the tile machinery with a multiply-and-sum for an MMA,
-    each matrix byte read by one program, straight from DRAM."""
-    block_m, block_k, warps = config["BLOCK_M"], config["BLOCK_K"], config["num_warps"]
-    rows, unit_along_k, stride = ((ops.M, ops.a_k_unit, ops.a_stride) if ops.N == 1
+            spec: DeviceSpec, rows_param: str = "BLOCK_M") -> float:
+    """The matrix is A where N is the short side, else B transposed (kernels/gemv.py); each
+    program reduces `rows_param` of its rows over K in BLOCK_K steps against the short side's
+    vectors: the tile machinery with multiply-and-sums for an MMA, each matrix byte read by
+    one program, straight from DRAM, and every vector by every program."""
+    block_m, block_k, warps = config[rows_param], config["BLOCK_K"], config["num_warps"]
+    rows, unit_along_k, stride = ((ops.M, ops.a_k_unit, ops.a_stride) if ops.N <= ops.M
                                   else (ops.N, ops.b_k_unit, ops.b_stride))
+    vectors = min(ops.M, ops.N)
     step = gemv_step(ops, block_m, block_k, config["num_stages"], warps, unit_along_k,
-                     stride, spec)
-    regs = block_m * block_k // (32 * warps) + BASE_REGS
+                     stride, spec, vectors)
+    regs = vectors * block_m * block_k // (32 * warps) + BASE_REGS
     occupancy = resident_programs(smem_bytes(), regs, warps, spec)
-    dram_bytes = (rows + 1) * ops.K * ops.itemsize + rows * ops.out_itemsize  # A, x, y
+    dram_bytes = ((rows + vectors) * ops.K * ops.itemsize  # the matrix and the vectors
+                  + rows * vectors * ops.out_itemsize)
     compute = rounds_seconds(cdiv(rows, block_m), cdiv(ops.K, block_k), step, occupancy,
                              0.0, spec)
     return max(compute, dram_seconds(dram_bytes, spec)) + LAUNCH_S

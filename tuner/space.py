@@ -197,7 +197,7 @@ def _power_of_two(low: int, high: int) -> Callable[[int], bool]:
 # parameter not listed here (a user's own kernel's) takes any non-negative integer.
 PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
     **{name: (_power_of_two(1, 4096), "powers of two from 1 to 4096 (tl.arange and tl.dot "
-              "tile sides)") for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")},
+              "tile sides)") for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "ROWS")},
     "num_warps": (lambda v: v in (1, 2, 4, 8, 16, 32), "values among 1, 2, 4, 8, 16, 32"),
     "num_stages": (lambda v: 1 <= v <= 16, "integers from 1 to 16"),
     "GROUP_M": (lambda v: 1 <= v <= 4096, "integers from 1 to 4096"),

@@ -93,6 +93,12 @@ STEP_OVERLAP_NORM = 4
 # An outstanding miss holds a 128-byte L1 line slot whatever part of the line it wants, so
 # a tile row narrower than a line takes a whole slot.
 REQUEST_BYTES = 128
+# The fewest contiguous bytes per thread of a K step's matrix load with which a gemv over
+# several vectors runs pipelined: on an H100 at 2-4 vectors, 4 bytes a thread ran 1.3-1.8x
+# the time of 8 or 16 in 8 of 11 studies, as if each step waited on its loads; a single
+# vector ran as fast with 4 (H200 gemv studies). benchmarks/data/multigemv-h100.json holds
+# the timings (tests/test_multigemv.py scores the model's pick among them).
+MULTIVECTOR_MIN_THREAD_BYTES = 8
 # Share of L2 that keeps operands for reuse: H100's L2 is two partitions that may each hold
 # a copy of a line (chipsandcheese's "funny L2"), so about half of it.
 L2_USABLE_FRACTION = 0.5
@@ -336,19 +342,23 @@ def tile_step(ops: Operands, tile: Tile, tma: bool, persistent: bool,
 
 @lru_cache(maxsize=4096)
 def gemv_step(ops: Operands, block_m: int, block_k: int, stages: int, warps: int,
-              unit_along_k: bool, stride: int, spec: DeviceSpec) -> Step:
-    """One K step of a gemv program: BLOCK_K of x and BLOCK_M×BLOCK_K of the matrix, held
-    in registers as fp32 and reduced on the CUDA cores."""
+              unit_along_k: bool, stride: int, spec: DeviceSpec, vectors: int = 1) -> Step:
+    """One K step of a gemv program: BLOCK_K of each of `vectors` vectors and BLOCK_M×BLOCK_K
+    of the matrix, held in registers as fp32; each matrix element is converted once and
+    multiplied into every vector's sum on the CUDA cores."""
     item, clock = ops.itemsize, sm_clock_hz(spec)
     elements = block_m * block_k
-    asynchronous = aligned(stride) and stages > 1
-    spill = spill_factor(elements // (32 * warps) + BASE_REGS)
-    alu = 2 * elements / (FP32_LANES * clock) * spill  # convert to fp32, then multiply-add
+    # Threads lie along K: each loads block_k / threads contiguous elements of a row.
+    thread_bytes = (max(1, block_k // (32 * warps)) if unit_along_k else 1) * item
+    asynchronous = (aligned(stride) and stages > 1
+                    and (vectors == 1 or thread_bytes >= MULTIVECTOR_MIN_THREAD_BYTES))
+    spill = spill_factor(vectors * elements // (32 * warps) + BASE_REGS)
+    alu = (1 + vectors) * elements / (FP32_LANES * clock) * spill  # convert, multiply-adds
     masked = ops.K % block_k != 0 and unit_along_k
     lsu = load_slots(elements, stride, item, masked) / (LSU_LANES * clock) * spill
     smem = 2 * elements * item / (SMEM_BYTES_PER_CLOCK * clock) if asynchronous else 0.0
     chain = alu if asynchronous else LOAD_LATENCY_S + lsu + alu
-    charged = (charged_bytes(block_k, block_k, item)
+    charged = (vectors * charged_bytes(block_k, block_k, item)
                + charged_bytes(elements, block_k if unit_along_k else block_m, item))
     return Step(alu, smem, lsu, chain, charged, stages - 1 if asynchronous else 1)
 
