@@ -48,6 +48,17 @@ TILE_SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M"
                     "num_stages": "s", "num_warps": "w"}
 # The smallest tile side tl.dot accepts (a tensor-core MMA is at least 16 wide).
 MIN_DOT_TILE = 16
+# Registers per thread a CUDA-core reduction's fp32 accumulator (kreduce, multigemv) may
+# take: half a thread's, so the loaded operands and addresses fit beside it without spilling.
+CUDA_CORE_ACCUMULATOR_REGS = MAX_REGS_PER_THREAD // 2
+
+
+def accumulator_refusal(regs: int, limit: int = MAX_REGS_PER_THREAD) -> str | None:
+    """Why an accumulator of `regs` registers per thread cannot be compiled well (over
+    `limit`: it spills for certain, and ptxas takes minutes), or None."""
+    if regs > limit:
+        return f"registers: the accumulator alone needs {regs} per thread, limit {limit}"
+    return None
 
 
 def specialization(key: Mapping[str, object]) -> str:
@@ -257,9 +268,8 @@ class Kernel:
                 return f"tensor cores: BLOCK_M and BLOCK_N must be >= {MIN_DOT_TILE}"
             warps = variant.accumulator_warps({p: config[p] for p in variant.params})
             regs = config["BLOCK_M"] * config["BLOCK_N"] // (32 * warps)
-            if regs > MAX_REGS_PER_THREAD:  # spills for certain, and ptxas takes minutes
-                return (f"registers: the accumulator alone needs {regs} per thread, limit "
-                        f"{MAX_REGS_PER_THREAD}")
+            if why := accumulator_refusal(regs):
+                return why
         if config["pad"] and not variant.takes_pad:
             return f"{config['variant']}: takes no pad"
         if config["pad"] and pad_changes_nothing(gemm, config["pad"]):

@@ -31,18 +31,20 @@ from tuner.kernels._launch import (
     wrap_point,
 )
 from tuner.kernels._mainloop import wrapped_indices
-from tuner.kernels.base import TILE_SHORT_NAMES, Gemm, Variant
+from tuner.kernels.base import (
+    CUDA_CORE_ACCUMULATOR_REGS,
+    TILE_SHORT_NAMES,
+    Gemm,
+    Variant,
+    accumulator_refusal,
+)
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands
-from tuner.model.tiles import MAX_REGS_PER_THREAD
 
 # The most vectors (the GEMM's short side) multigemv takes: at 4 it already trails cuBLAS
 # on bf16 weights of 3584 and more; beyond, every program's loads of X and its multiplies
 # grow while the matrix's read does not.
 MAX_VECTORS = 4
-# Registers per thread the BLOCK_V×BLOCK_M×BLOCK_K accumulator may take: half a thread's,
-# so the loaded operands and addresses fit beside it without spilling (as kreduce's).
-MAX_ACCUMULATOR_REGS = MAX_REGS_PER_THREAD // 2
 
 
 @triton.jit
@@ -155,10 +157,7 @@ def multigemv_unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None
         return f"multigemv needs M or N <= {MAX_VECTORS}, not {M}×{N}"
     regs = (triton.next_power_of_2(count) * tunables["ROWS"] * tunables["BLOCK_K"]
             // (32 * tunables["num_warps"]))
-    if regs > MAX_ACCUMULATOR_REGS:
-        return (f"registers: the accumulator alone needs {regs} per thread, limit "
-                f"{MAX_ACCUMULATOR_REGS}")
-    return None
+    return accumulator_refusal(regs, CUDA_CORE_ACCUMULATOR_REGS)
 
 
 def _smem_bytes(tunables: Mapping[str, int], operands: TileOperands, vectors: int,

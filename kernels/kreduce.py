@@ -29,18 +29,21 @@ from tuner.kernels._epilogue import apply_epilogue
 from tuner.kernels._launch import cdiv, epilogue_args, needs_int64
 from tuner.kernels._mainloop import wrapped_indices
 from tuner.kernels._partials import arrives_last, slices_summed_at_once, summed_slices
-from tuner.kernels.base import MIN_DOT_TILE, TILE_SHORT_NAMES, Gemm, Variant
+from tuner.kernels.base import (
+    CUDA_CORE_ACCUMULATOR_REGS,
+    MIN_DOT_TILE,
+    TILE_SHORT_NAMES,
+    Gemm,
+    Variant,
+    accumulator_refusal,
+)
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands
 from tuner.kernels.workspace import WORKSPACE
-from tuner.model.tiles import MAX_REGS_PER_THREAD
 
 # The largest output, M and N rounded up to powers of two: one tensor-core tile. A larger
 # output fills tl.dot's tiles, which do its multiplies at many times the CUDA cores' rate.
 MAX_OUTPUTS = MIN_DOT_TILE * MIN_DOT_TILE
-# Registers per thread the BLOCK_M×BLOCK_N×BLOCK_K accumulator may take: half a thread's, so
-# the loaded operands and addresses fit beside it without spilling.
-MAX_ACCUMULATOR_REGS = MAX_REGS_PER_THREAD // 2
 
 
 @triton.jit
@@ -154,10 +157,8 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     if block_m * block_n > MAX_OUTPUTS:
         return (f"kreduce: {M}×{N} outputs (rounded up to {block_m}×{block_n}) exceed "
                 f"{MAX_OUTPUTS}: tensor-core tiles compute them")
-    regs = accumulator_regs(M, N, tunables)
-    if regs > MAX_ACCUMULATOR_REGS:
-        return (f"registers: the accumulator alone needs {regs} per thread, limit "
-                f"{MAX_ACCUMULATOR_REGS}")
+    if why := accumulator_refusal(accumulator_regs(M, N, tunables), CUDA_CORE_ACCUMULATOR_REGS):
+        return why
     steps = cdiv(K, tunables["BLOCK_K"])
     if tunables["K_SLICES"] > steps:
         return (f"K_SLICES {tunables['K_SLICES']} > {steps} BLOCK_K steps of K={K}: "
