@@ -12,7 +12,7 @@ from pathlib import Path
 from tuner.errors import UserError
 from tuner.kernels.base import KERNELS, Kernel
 from tuner.kernels.cublas import CUBLAS
-from tuner.kernels.gemv import GEMV, MULTIGEMV
+from tuner.kernels.gemv import GEMV, MMAGEMV, MULTIGEMV
 from tuner.kernels.general import GENERAL
 from tuner.kernels.gluon_mm import GLUON
 from tuner.kernels.kreduce import KREDUCE
@@ -30,8 +30,8 @@ _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainlo
 # The registry (the dict lives in kernels/base.py, which labels configs by it). A new variant
 # is listed here, in each kernel that offers it.
 KERNELS.update({
-    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, STREAMK, SPLITK, KREDUCE, MULTIGEMV, GLUON,
-                        CUBLAS), _SHARED),
+    "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, STREAMK, SPLITK, KREDUCE, MULTIGEMV, MMAGEMV,
+                        GLUON, CUBLAS), _SHARED),
     "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK, KREDUCE, CUBLAS), _SHARED),
 })
 

@@ -48,6 +48,10 @@ TILE_SHORT_NAMES = {"BLOCK_M": "BM", "BLOCK_N": "BN", "BLOCK_K": "BK", "GROUP_M"
                     "num_stages": "s", "num_warps": "w"}
 # The smallest tile side tl.dot accepts (a tensor-core MMA is at least 16 wide).
 MIN_DOT_TILE = 16
+# A tile variant's fewest pipeline stages: with one, each K step's loads wait for the last
+# step's MMA (the general variant ran 1.1-1.6x slower so on an H100 at M 6-48). The gemv
+# variants, whose many small programs hide their loads' latency, take 1.
+MIN_TILE_STAGES = 2
 # Registers per thread a CUDA-core reduction's fp32 accumulator (kreduce, multigemv) may
 # take: half a thread's, so the loaded operands and addresses fit beside it without spilling.
 CUDA_CORE_ACCUMULATOR_REGS = MAX_REGS_PER_THREAD // 2
@@ -266,6 +270,9 @@ class Kernel:
         if "BLOCK_N" in variant.params:  # a tile variant: its fp32 BLOCK_M×BLOCK_N accumulator
             if min(config["BLOCK_M"], config["BLOCK_N"]) < MIN_DOT_TILE:
                 return f"tensor cores: BLOCK_M and BLOCK_N must be >= {MIN_DOT_TILE}"
+            if config["num_stages"] < MIN_TILE_STAGES:
+                return (f"num_stages {config['num_stages']}: a tile's K loop needs its next "
+                        f"loads in flight (>= {MIN_TILE_STAGES})")
             warps = variant.accumulator_warps({p: config[p] for p in variant.params})
             regs = config["BLOCK_M"] * config["BLOCK_N"] // (32 * warps)
             if why := accumulator_refusal(regs):

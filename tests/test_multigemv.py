@@ -1,6 +1,7 @@
-"""The multigemv variant (a matrix times 2-4 vectors on the CUDA cores: decode at small batch)
-against a float64 torch reference, its config checks and its place in the mm kernel; on a
-GPU, at the sizes it is for, replayed and captured in CUDA graphs.
+"""The gemv walk over a few vectors: `multigemv` (2-4 vectors on the CUDA cores) and
+`mmagemv` (2-16 on tensor cores), decode at small batch, against a float64 torch reference;
+their config checks and place in the mm kernel; on a GPU, at the sizes they are for, replayed
+and captured in CUDA graphs.
 
 On a CPU-only machine the kernels run in Triton's interpreter (tests/conftest.py): sizes stay
 under 100. Outputs are poisoned with NaN before each launch, so an element the kernel never
@@ -22,7 +23,7 @@ from tuner.execution.measure import random_gemm, reference, relative_error
 from tuner.kernels import KERNELS, kernel_for
 from tuner.kernels.base import Gemm, config_label
 from tuner.kernels.calls import meta_gemm
-from tuner.kernels.gemv import MAX_VECTORS, MULTIGEMV
+from tuner.kernels.gemv import MAX_MMA_VECTORS, MAX_VECTORS, MMAGEMV, MULTIGEMV
 from tuner.model.named_devices import named_spec
 from tuner.model.predict import predict_ms
 from tuner.runtime import dispatch
@@ -31,20 +32,28 @@ from tuner.shapes import LAYOUTS, Shape
 
 MM = KERNELS["mm"]
 CONFIG = {"ROWS": 4, "BLOCK_K": 32, "num_stages": 2, "num_warps": 2}
-GPU_CONFIG = {"ROWS": 1, "BLOCK_K": 256, "num_stages": 5, "num_warps": 2}
+MMA_CONFIG = {"BLOCK_M": 16, "BLOCK_K": 32, "num_stages": 1, "num_warps": 2}
+# Per variant: the variant, its interpreter config and its GPU config.
+VARIANTS = {
+    "multigemv": (MULTIGEMV, CONFIG, {"ROWS": 1, "BLOCK_K": 256, "num_stages": 5,
+                                      "num_warps": 2}),
+    "mmagemv": (MMAGEMV, MMA_CONFIG, {"BLOCK_M": 32, "BLOCK_K": 256, "num_stages": 1,
+                                      "num_warps": 4}),
+}
 
 
-def launched(gemm: Gemm, tunables: dict) -> torch.Tensor:
+def launched(gemm: Gemm, tunables: dict, variant=MULTIGEMV) -> torch.Tensor:
     """The variant's product, into a NaN-poisoned out."""
     gemm.out.fill_(float("nan"))
-    assert MULTIGEMV.unsupported(gemm, tunables) is None
-    assert MULTIGEMV.launch(gemm, tunables, False) is None
+    assert variant.unsupported(gemm, tunables) is None
+    assert variant.launch(gemm, tunables, False) is None
     return gemm.out
 
 
-def shape_error(shape: Shape, tunables: dict, device, seed: int = 0, **gemm_fields) -> float:
+def shape_error(shape: Shape, tunables: dict, device, seed: int = 0, variant=MULTIGEMV,
+                **gemm_fields) -> float:
     gemm = dataclasses.replace(random_gemm(shape, device, seed=seed), **gemm_fields)
-    return relative_error(launched(gemm, tunables), reference(gemm))
+    return relative_error(launched(gemm, tunables, variant), reference(gemm))
 
 
 # (M, N, K): the short side 2, 3 (padded to 4 vectors) and 4, as M (the weight transposed)
@@ -58,6 +67,28 @@ SHAPES = [(2, 37, 71), (3, 40, 64), (4, 45, 96), (37, 3, 71), (45, 4, 33), (2, 2
                          ids=lambda v: "-".join(map(str, v)))
 def test_matches_reference(mnk, layout, dtype, device):
     assert shape_error(Shape(*mnk, dtype, layout), CONFIG, device) <= DTYPES[dtype].tolerance
+
+
+# mmagemv: the short side 2, 6 and 16 (one MMA column block), as M and as N; ragged K.
+MMA_SHAPES = [(2, 37, 71), (6, 40, 64), (16, 45, 96), (37, 6, 71), (45, 16, 33)]
+
+
+@pytest.mark.parametrize("dtype", ("bf16", "fp16"))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mnk", slow_except(MMA_SHAPES, *MMA_SHAPES[::2]),
+                         ids=lambda v: "-".join(map(str, v)))
+def test_mma_matches_reference(mnk, layout, dtype, device):
+    assert shape_error(Shape(*mnk, dtype, layout), MMA_CONFIG, device, variant=MMAGEMV) \
+        <= DTYPES[dtype].tolerance
+
+
+def test_mma_runs_tf32_with_bias_along_the_matrix_rows(device):
+    """fp32 under allow_tf32 multiplies on tensor cores; the bias runs along N, here the
+    matrix's rows (M is the short side)."""
+    shape = Shape(6, 40, 64, "fp32", "nt")
+    bias = torch.randn(shape.N, device=device)
+    assert shape_error(shape, MMA_CONFIG, device, variant=MMAGEMV, bias=bias,
+                       allow_tf32=True) <= DTYPES["fp32"].tolerance * 10
 
 
 @pytest.mark.parametrize("mnk", [(3, 40, 64), (40, 3, 64)], ids=("rows", "columns"))
@@ -89,6 +120,30 @@ def test_refuses_more_vectors_and_a_spilling_accumulator():
     assert MULTIGEMV.unsupported(three, {**CONFIG, "ROWS": 2, "BLOCK_K": 512}) is None
 
 
+def test_mma_refuses_what_it_is_not_for():
+    """One vector (gemv's), more than one MMA column block, IEEE fp32, fp8, a tile under 16
+    rows, and a step of the matrix that would not fit in registers."""
+    def why(m, dtype="bf16", **tunables):
+        return MMAGEMV.unsupported(meta_gemm(Shape(m, 4096, 4096, dtype, "nt")),
+                                   {**MMA_CONFIG, **tunables})
+    assert why(MAX_MMA_VECTORS + 1) == "mmagemv needs M or N from 2 to 16, not 17×4096"
+    assert why(1) == "mmagemv needs M or N from 2 to 16, not 1×4096"
+    assert "IEEE fp32" in why(8, "fp32")
+    assert "fp8" in why(8, "fp8e4m3")
+    assert why(8, BLOCK_M=8) == "tensor cores: BLOCK_M must be >= 16"
+    assert "accumulator alone needs 576" in why(8, BLOCK_M=256, BLOCK_K=256)
+    assert why(8, BLOCK_M=64, BLOCK_K=256, num_warps=4) is None
+
+
+def test_tile_variants_refuse_one_stage_and_mmagemv_takes_it():
+    gemm = meta_gemm(Shape(8, 4096, 4096, "bf16", "nt"))
+    tile = {"variant": "general", "pad": 0, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128,
+            "GROUP_M": 1, "num_stages": 1, "num_warps": 4}
+    assert "num_stages 1" in MM.feasible(tile, gemm, 232448)
+    assert MM.feasible({**tile, "num_stages": 2}, gemm, 232448) is None
+    assert MM.feasible({"variant": "mmagemv", "pad": 0, **MMA_CONFIG}, gemm, 232448) is None
+
+
 def test_the_mm_kernel_offers_it_unpadded_with_no_flaggems_op():
     gemm = meta_gemm(Shape(2, 4095, 4096, "bf16", "nt"))
     config = {"variant": "multigemv", "pad": 0, **CONFIG}
@@ -97,6 +152,11 @@ def test_the_mm_kernel_offers_it_unpadded_with_no_flaggems_op():
     assert MM.feasible({**config, "pad": 16}, gemm, 232448) == "multigemv: takes no pad"
     assert config_label(config) == "multigemv R4 BK32 s2 w2"
     assert "FlagGems' mm ops are tensor-core tiles" in MULTIGEMV.no_expand_op
+    mma = {"variant": "mmagemv", "pad": 0, **MMA_CONFIG}
+    assert MM.variant["mmagemv"] is MMAGEMV
+    assert MM.feasible({**mma, "pad": 16}, gemm, 232448) == "mmagemv: takes no pad"
+    assert config_label(mma) == "mmagemv BM16 BK32 s1 w2"
+    assert MMAGEMV.no_expand_op
 
 
 def test_the_model_charges_every_vector():
@@ -110,6 +170,17 @@ def test_the_model_charges_every_vector():
              for m in (1, 2, 3, 4)]
     assert all(math.isfinite(t) for t in times)
     assert times == sorted(times) and times[1] < times[3]
+
+
+def test_the_model_does_not_charge_tensor_core_vectors_as_multiply_adds():
+    """On tensor cores more vectors cost only their loads: 8 vectors are predicted within 10%
+    of 2, where multigemv's CUDA-core sums would grow with them."""
+    spec = named_spec("NVIDIA H100 80GB HBM3")
+    config = {"variant": "mmagemv", "pad": 0, "BLOCK_M": 32, "BLOCK_K": 256,
+              "num_stages": 1, "num_warps": 4}
+    two, eight = (predict_ms(Shape(m, 14336, 4096, "bf16", "nt"), config, spec)
+                  for m in (2, 8))
+    assert math.isfinite(two) and two <= eight <= 1.1 * two
 
 
 def test_the_model_picks_well_among_the_configs_decode_studies_measured():
@@ -127,30 +198,37 @@ def test_the_model_picks_well_among_the_configs_decode_studies_measured():
 
 # -- on a GPU, at the sizes it is for ---------------------------------------------------------
 
-GPU_SHAPES = [(2, 4096, 4096, "bf16"), (3, 6144, 4096, "fp16"), (4, 1024, 14336, "bf16"),
-              (4096, 4, 4096, "bf16"), (2, 4099, 4100, "fp32")]
+# (variant, shape): multigemv at 2-4 vectors, mmagemv at 5-16, as M and as N, ragged K.
+GPU_CASES = [("multigemv", shape) for shape in (
+    (2, 4096, 4096, "bf16"), (3, 6144, 4096, "fp16"), (4, 1024, 14336, "bf16"),
+    (4096, 4, 4096, "bf16"), (2, 4099, 4100, "fp32"))] + [("mmagemv", shape) for shape in (
+        (8, 4096, 4096, "bf16"), (6, 6144, 4096, "fp16"), (16, 1024, 14336, "bf16"),
+        (4096, 8, 4096, "bf16"), (5, 4099, 4100, "bf16"))]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ("nt", "nn"))
-@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda v: "-".join(map(str, v)))
-def test_gpu_correct_over_seeds(shape, layout):
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "-".join(map(str, (c[0], *c[1]))))
+def test_gpu_correct_over_seeds(case, layout):
+    name, shape = case
+    variant, _, config = VARIANTS[name]
     for seed in range(3):
-        assert shape_error(Shape(*shape, layout), GPU_CONFIG, "cuda", seed) \
+        assert shape_error(Shape(*shape, layout), config, "cuda", seed, variant=variant) \
             <= DTYPES[shape[3]].tolerance
 
 
-def _forced(monkeypatch) -> None:
-    config = {"variant": "multigemv", "pad": 0, **GPU_CONFIG}
+def _forced(monkeypatch, name: str) -> None:
+    config = {"variant": name, "pad": 0, **VARIANTS[name][2]}
     monkeypatch.setattr(dispatch, "_decide", lambda gemm: (kernel_for(*gemm.mnk[:2]), config))
     dispatch.clear_cache()
 
 
 @pytest.mark.gpu
-def test_gpu_replayed_calls_compute_their_own_operands(monkeypatch):
+@pytest.mark.parametrize("name", VARIANTS)
+def test_gpu_replayed_calls_compute_their_own_operands(monkeypatch, name):
     """After a key's first call, later calls re-issue its recorded launch with their own
     operands' addresses."""
-    _forced(monkeypatch)
+    _forced(monkeypatch, name)
     weight = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     for seed in range(4):
@@ -166,9 +244,10 @@ def test_gpu_replayed_calls_compute_their_own_operands(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_cuda_graph_capture_replays(monkeypatch):
+@pytest.mark.parametrize("name", VARIANTS)
+def test_gpu_cuda_graph_capture_replays(monkeypatch, name):
     """Captured into a CUDA graph, replayed on new inputs: each replay computes its own."""
-    _forced(monkeypatch)
+    _forced(monkeypatch, name)
     x = torch.randn(2, 4096, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     tuner.linear(x, weight)  # first call: compiles and records, outside the capture
