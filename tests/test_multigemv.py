@@ -172,6 +172,16 @@ def test_the_model_charges_every_vector():
     assert times == sorted(times) and times[1] < times[3]
 
 
+def test_the_model_picks_among_mmagemv_configs_an_exhaustive_run_measured():
+    """8 H100 studies of every config of an mmagemv probe space and
+    cuBLAS at decode batch 6-8 (tests/data/README.md): the model's pick reaches 0.899 of the
+    best (geomean; min 0.730, 8x1024x4096, where cuBLAS wins). Its DRAM bound ties the fast
+    configs and it does not see why loads straight to registers win on the widest weight
+    (51.0 µs against 54.1 pipelined at 8x14336x4096): a floor, to be raised."""
+    ratios = model_picks("studies-h100-mmagemv.json.gz")
+    assert len(ratios) == 8 and geomean(ratios) >= 0.88
+
+
 def test_the_model_does_not_charge_tensor_core_vectors_as_multiply_adds():
     """On tensor cores more vectors cost only their loads: 8 vectors are predicted within 10%
     of 2, where multigemv's CUDA-core sums would grow with them."""
@@ -183,16 +193,21 @@ def test_the_model_does_not_charge_tensor_core_vectors_as_multiply_adds():
     assert math.isfinite(two) and two <= eight <= 1.1 * two
 
 
+def model_picks(name: str) -> list[float]:
+    """Per study of tests/data/NAME, the model's pick among its measured configs over the
+    best of them."""
+    with gzip.open(Path(__file__).parent / "data" / name, "rt") as f:
+        doc = json.load(f)
+    spec = named_spec(doc["device"])
+    return [model_pick_among(Shape.from_label(s["shape"]), s["trials"], spec)
+            for s in doc["studies"]]
+
+
 def test_the_model_picks_well_among_the_configs_decode_studies_measured():
     """16 H100 studies of 2-4 vectors (tests/data/README.md): the model's pick among each
     study's measured configs (multigemv, cuBLAS) reaches 0.927 of the best (geomean); without
     its rule that loads of under 8 bytes a thread do not pipeline, 0.687."""
-    path = Path(__file__).parent / "data" / "studies-h100-multigemv.json.gz"
-    with gzip.open(path, "rt") as f:
-        doc = json.load(f)
-    spec = named_spec(doc["device"])
-    ratios = [model_pick_among(Shape.from_label(s["shape"]), s["trials"], spec)
-              for s in doc["studies"]]
+    ratios = model_picks("studies-h100-multigemv.json.gz")
     assert len(ratios) == 16 and geomean(ratios) >= 0.90
 
 
