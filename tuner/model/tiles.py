@@ -96,8 +96,9 @@ REQUEST_BYTES = 128
 # The fewest contiguous bytes per thread of a K step's matrix load with which a gemv over
 # several vectors runs pipelined: on an H100 at 2-4 vectors, 4 bytes a thread ran 1.3-1.8x
 # the time of 8 or 16 in 8 of 11 studies, as if each step waited on its loads; a single
-# vector ran as fast with 4 (H200 gemv studies). benchmarks/data/multigemv-h100.json holds
-# the timings (tests/test_multigemv.py scores the model's pick among them).
+# vector ran as fast with 4 (H200 gemv studies). The timings are
+# benchmarks/data/studies-h100-multigemv.json.gz (tests/test_multigemv.py scores the model's
+# pick among them).
 MULTIVECTOR_MIN_THREAD_BYTES = 8
 # Share of L2 that keeps operands for reuse: H100's L2 is two partitions that may each hold
 # a copy of a line (chipsandcheese's "funny L2"), so about half of it.
