@@ -14,6 +14,7 @@ from tuner.kernels.base import KERNELS, Kernel
 from tuner.kernels.cublas import CUBLAS
 from tuner.kernels.gemv import GEMV, MMAGEMV, MULTIGEMV
 from tuner.kernels.general import GENERAL
+from tuner.kernels.gluon_gemv import GLUONGEMV
 from tuner.kernels.gluon_mm import GLUON
 from tuner.kernels.kreduce import KREDUCE
 from tuner.kernels.persistent import PERSISTENT
@@ -31,7 +32,7 @@ _SHARED = tuple(_HERE / name for name in ("_launch.py", "_epilogue.py", "_mainlo
 # is listed here, in each kernel that offers it.
 KERNELS.update({
     "mm": Kernel("mm", (GENERAL, TMA, PERSISTENT, STREAMK, SPLITK, KREDUCE, MULTIGEMV, MMAGEMV,
-                        GLUON, CUBLAS), _SHARED),
+                        GLUONGEMV, GLUON, CUBLAS), _SHARED),
     "gemv": Kernel("gemv", (GEMV, GENERAL, SPLITK, KREDUCE, CUBLAS), _SHARED),
 })
 

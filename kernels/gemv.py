@@ -177,7 +177,7 @@ def _store_y(y, first_row, M, VECTORS, y_ptr, stride_ym, stride_yv,
              y.to(y_ptr.dtype.element_ty), mask=in_y)
 
 
-def _as_gemv(gemm: Gemm):
+def as_gemv(gemm: Gemm):
     """(A, X, Y, rows of A's buffer, transposed) with Y = A @ X, X holding the short side's
     vectors: the GEMM itself when N is the short side, its transpose when M is."""
     M, N, _ = gemm.mnk
@@ -196,7 +196,7 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool,
            rows_param: str = "BLOCK_M", tensor_cores: bool = False) -> None:
     """rows_param: the variant's name for the rows of A per program (the kernel's BLOCK_M);
     tensor_cores: multiply on them (mmagemv) rather than the CUDA cores."""
-    a, x, y, buffer_rows, transposed = _as_gemv(gemm)
+    a, x, y, buffer_rows, transposed = as_gemv(gemm)
     (M, K), count = a.shape, x.shape[1]
     wrap_m = wrap_point(M, buffer_rows)
     (bias, *scales), epilogue_flags = epilogue_args(gemm)

@@ -1,5 +1,6 @@
-"""The `gemv`, `multigemv` and `mmagemv` variants' term in the analytical model
-(tuner.model.predict): Y = A @ X, bound by reading the matrix once (kernels/gemv.py).
+"""The `gemv`, `multigemv`, `mmagemv` and `gluongemv` variants' term in the analytical model
+(tuner.model.predict): Y = A @ X, bound by reading the matrix once (kernels/gemv.py,
+kernels/gluon_gemv.py).
 
 Beside the kernel rather than in it, so that a change to the model leaves the kernel's source
 hash, and with it every tuned result, as it is.
@@ -12,7 +13,10 @@ from typing import TYPE_CHECKING
 from tuner.kernels.base import MIN_DOT_TILE
 from tuner.model.tiles import (
     BASE_REGS,
+    INFLIGHT_BYTES_PER_SM,
     LAUNCH_S,
+    LOAD_LATENCY_S,
+    STEP_OVERLAP_NORM,
     Operands,
     cdiv,
     dram_seconds,
@@ -23,6 +27,9 @@ from tuner.model.tiles import (
 
 if TYPE_CHECKING:
     from tuner.model.predict import DeviceSpec
+
+# How close to the DRAM bound gluongemv's term counts as on it (gluon_seconds).
+DRAM_TIE = 0.005
 
 
 def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
@@ -47,3 +54,34 @@ def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
     compute = rounds_seconds(cdiv(rows, block_m), cdiv(ops.K, block_k), step, occupancy,
                              0.0, spec)
     return max(compute, dram_seconds(dram_bytes, spec)) + LAUNCH_S
+
+
+def gluon_seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
+                  spec: DeviceSpec, block_v: Callable[[int], int],
+                  registers: Callable[[Mapping, int, int], int]) -> float:
+    """gluongemv (kernels/gluon_gemv.py): each warp loads its own BLOCK_K of the program's
+    rows straight to registers, num_stages steps of it in flight, and nothing pipelines them
+    through shared memory. So an SM streams its rows at the bytes its warps keep in flight
+    per LOAD_LATENCY_S (Little's law), and the device at most at DRAM's rate; the two
+    combine as a step's throughput and wait do (STEP_OVERLAP_NORM). Within DRAM_TIE of the
+    DRAM bound a config counts as on it, as the other variants' read-bound configs are: the
+    model resolves no finer, and ties go to the least shared memory. Over an exhaustive H100
+    run at decode batch 6-8 (benchmarks/data/studies-h100-gluongemv.json.gz) the pick runs
+    0.980 of the fastest (geomean, min 0.965); on the DRAM bound alone, 0.451.
+
+    block_v(vectors) and registers(config, block_v, itemsize) are the kernel's own rules
+    (its padded vectors, its registers per thread)."""
+    block_m, block_k, warps = config["BLOCK_M"], config["BLOCK_K"], config["num_warps"]
+    stages, item = config["num_stages"], ops.itemsize
+    rows = ops.M if ops.N <= ops.M else ops.N
+    vectors = block_v(min(ops.M, ops.N))
+    resident = resident_programs(smem_bytes(), registers(config, vectors, item) + BASE_REGS,
+                                 warps, spec)
+    programs_per_sm = cdiv(cdiv(rows, block_m), spec.sm_count)
+    inflight = min(min(programs_per_sm, resident) * warps * block_m * block_k * item * stages,
+                   INFLIGHT_BYTES_PER_SM)
+    stream = programs_per_sm * block_m * ops.K * item / inflight * LOAD_LATENCY_S
+    dram = dram_seconds((rows + vectors) * ops.K * item + rows * vectors * ops.out_itemsize,
+                        spec)
+    both = (stream ** STEP_OVERLAP_NORM + dram ** STEP_OVERLAP_NORM) ** (1 / STEP_OVERLAP_NORM)
+    return (dram if both <= dram * (1 + DRAM_TIE) else both) + LAUNCH_S

@@ -81,12 +81,12 @@ _WARP_GROUP = 4
 _WGMMA_K_BYTES = 32
 
 
-def _gluon_jit(**options):
+def gluon_jit(**options):
     """gluon.jit, or where Triton has no Gluon the function as it is (never launched)."""
     return gluon.jit(**options) if gluon is not None else (lambda fn: fn)
 
 
-@_gluon_jit()
+@gluon_jit()
 def _operand_descriptor(ptr, rows, cols, row_stride, BLOCK_ROWS: gl.constexpr,
                         BLOCK_COLS: gl.constexpr, TRANSPOSED: gl.constexpr):
     """A descriptor of BLOCK_ROWS×BLOCK_COLS blocks of a logical rows×cols operand, over its
@@ -105,7 +105,7 @@ def _operand_descriptor(ptr, rows, cols, row_stride, BLOCK_ROWS: gl.constexpr,
     return desc
 
 
-@_gluon_jit()
+@gluon_jit()
 def _copy_block(desc, row, col, barrier, slot, pred, TRANSPOSED: gl.constexpr):
     """TMA-copy the operand block at logical (row, col) into a ring slot; a transposed
     operand's storage holds it at (col, row)."""
@@ -115,7 +115,7 @@ def _copy_block(desc, row, col, barrier, slot, pred, TRANSPOSED: gl.constexpr):
         _tma_load(desc, [row, col], barrier, slot, pred)
 
 
-@_gluon_jit()
+@gluon_jit()
 def _wgmma_view(slot, TRANSPOSED: gl.constexpr):
     """A ring slot as wgmma's operand: a transposed block is read through a permuted view."""
     if TRANSPOSED:
@@ -125,7 +125,7 @@ def _wgmma_view(slot, TRANSPOSED: gl.constexpr):
     return view
 
 
-@_gluon_jit()
+@gluon_jit()
 def _barriers(COUNT: gl.constexpr):
     """COUNT mbarriers, each completing a phase on one arrival (and its TMA bytes)."""
     barriers = gl.allocate_shared_memory(gl.int64, [COUNT, 1], mbarrier.MBarrierLayout())
@@ -134,13 +134,13 @@ def _barriers(COUNT: gl.constexpr):
     return barriers
 
 
-@_gluon_jit()
+@gluon_jit()
 def _invalidate(barriers, COUNT: gl.constexpr):
     for i in gl.static_range(COUNT):
         mbarrier.invalidate(barriers.index(i))
 
 
-@_gluon_jit()
+@gluon_jit()
 def _load_step(ring, step, off_m, off_n, k_step, pred, BLOCK_K: gl.constexpr,
                STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
     """Issue step `step`'s A and B blocks into its ring slot (nothing where not pred)."""
@@ -153,7 +153,7 @@ def _load_step(ring, step, off_m, off_n, k_step, pred, BLOCK_K: gl.constexpr,
     _copy_block(b_desc, k, off_n, barrier, b_ring.index(slot), pred, B_T)
 
 
-@_gluon_jit()
+@gluon_jit()
 def _tile_origin(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  GROUP_M: gl.constexpr):
     """The (row, column) of the tile-th output tile's first element, in grouped order."""
@@ -161,7 +161,7 @@ def _tile_origin(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     return tile_m * BLOCK_M, tile_n * BLOCK_N
 
 
-@_gluon_jit()
+@gluon_jit()
 def _store_through_pointers(out_ptr, staged, tile, off_m, off_n, M, N, stride_cm, stride_cn,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """Store the tile with masked pointer stores: the path for outputs TMA cannot address.
@@ -182,7 +182,7 @@ def _store_through_pointers(out_ptr, staged, tile, off_m, off_n, M, N, stride_cm
                  mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-@_gluon_jit()
+@gluon_jit()
 def _store_through_tma(out_desc, staged, tile, off_m, off_n):
     """Stage the tile in shared memory and store it with one TMA copy, which clips at the
     edges. The previous tile's copy must have read the staging buffer first; this one is
@@ -193,7 +193,7 @@ def _store_through_tma(out_desc, staged, tile, off_m, off_n):
     _tma_store(out_desc, [off_m, off_n], staged)
 
 
-@_gluon_jit()
+@gluon_jit()
 def _load_ahead(ring, sizes, position, total_steps, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                 STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
@@ -212,7 +212,7 @@ def _load_ahead(ring, sizes, position, total_steps, BLOCK_M: gl.constexpr,
     return loaded + 1, tile, k_step, off_m, off_n
 
 
-@_gluon_jit()
+@gluon_jit()
 def _load_tiles(ring, sizes, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                 BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                 A_T: gl.constexpr, B_T: gl.constexpr):
@@ -230,7 +230,7 @@ def _load_tiles(ring, sizes, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             step += 1
 
 
-@_gluon_jit()
+@gluon_jit()
 def _multiply_tiles(ring, sizes, output, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                     A_T: gl.constexpr, B_T: gl.constexpr, OUT_DESC: gl.constexpr,
@@ -296,7 +296,7 @@ def _multiply_tiles(ring, sizes, output, BLOCK_M: gl.constexpr, BLOCK_N: gl.cons
     hopper_tma.store_wait(0)
 
 
-@_gluon_jit(do_not_specialize=["NUM_SMS"])
+@gluon_jit(do_not_specialize=["NUM_SMS"])
 def _gluon_mm_kernel(
     a, b, out, M, N, K, stride_cm, stride_cn,  # a, b, out: pointers (descriptors built here)
     bias_ptr, scale_a_ptr, scale_b_ptr,
@@ -370,7 +370,7 @@ def _cuda_arch(device: torch.device) -> int:
     return 10 * major + minor
 
 
-def _target_arch(device: torch.device) -> int | None:
+def target_arch(device: torch.device) -> int | None:
     """The sm number a launch with tensors on `device` runs on; for meta tensors (compiles),
     the GPU Triton compiles for; None where there is none."""
     if device.type == "cuda":
@@ -382,7 +382,7 @@ def _target_arch(device: torch.device) -> int | None:
     return target.arch if target.backend == "cuda" else None
 
 
-def _toolchain_problem() -> str | None:
+def toolchain_problem() -> str | None:
     """Why the installed Triton cannot build this kernel, or None."""
     if INTERPRETED:
         return "Gluon kernels do not run in Triton's interpreter"
@@ -422,10 +422,10 @@ def _tile_problem(tunables: Mapping[str, int], itemsize: int) -> str | None:
 def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     """Why this Triton, device, tile or operands cannot run the kernel, or None. Operands
     TMA cannot address are refused as the tma variant refuses them."""
-    problem = _toolchain_problem()
+    problem = toolchain_problem()
     if problem:
         return problem
-    arch = _target_arch(gemm.a.device)
+    arch = target_arch(gemm.a.device)
     if arch != HOPPER_ARCH:
         target = f"sm_{arch}" if arch else "no CUDA GPU"
         return f"gluon: a Hopper (sm_{HOPPER_ARCH}) kernel, and the target is {target}"

@@ -39,7 +39,7 @@ CONFIGS = {"wide": WIDE, "wide-ws": {**WIDE, "WARP_SPECIALIZE": 1}, "narrow": NA
 def on_hopper(monkeypatch):
     """The variant as it sees a compiled kernel's target: not the interpreter, an sm_90 GPU."""
     monkeypatch.setattr(gluon_mm, "INTERPRETED", False)
-    monkeypatch.setattr(gluon_mm, "_target_arch", lambda device: gluon_mm.HOPPER_ARCH)
+    monkeypatch.setattr(gluon_mm, "target_arch", lambda device: gluon_mm.HOPPER_ARCH)
 
 
 def test_imports_and_is_registered_in_mm_and_its_space():
@@ -59,7 +59,7 @@ def test_the_interpreter_cannot_run_gluon():
 
 @pytest.mark.parametrize("arch, named", [(80, "sm_80"), (100, "sm_100"), (None, "no CUDA GPU")])
 def test_refuses_every_target_but_hopper(on_hopper, monkeypatch, arch, named):
-    monkeypatch.setattr(gluon_mm, "_target_arch", lambda device: arch)
+    monkeypatch.setattr(gluon_mm, "target_arch", lambda device: arch)
     reason = GLUON.unsupported(meta_gemm(Shape(256, 256, 256, "bf16", "nt")), WIDE)
     assert reason == f"gluon: a Hopper (sm_90) kernel, and the target is {named}"
 

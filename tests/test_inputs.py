@@ -378,7 +378,8 @@ def test_a_bad_runtime_key_is_one_value_error(table, change, words):
      "'fp64'"),
     (lambda d: d["ops"]["mm"]["entries"][0]["config"].update(variant="nosuch"),
      "field 'ops.mm.entries[0].config.variant': expected a variant of the installed kernel "
-     "(general, tma, persistent, streamk, splitk, kreduce, multigemv, mmagemv, gluon, cublas), "
+     "(general, tma, persistent, streamk, splitk, kreduce, multigemv, mmagemv, gluongemv, "
+     "gluon, cublas), "
      "got 'nosuch'"),
     (lambda d: d["ops"]["mm"]["entries"][0]["config"].pop("BLOCK_K"),
      "field 'ops.mm.entries[0].config': variant general takes variant, pad, BLOCK_M, BLOCK_N, "

@@ -1,7 +1,7 @@
 """The gemv walk over a few vectors: `multigemv` (2-4 vectors on the CUDA cores) and
 `mmagemv` (2-16 on tensor cores), decode at small batch, against a float64 torch reference;
 their config checks and place in the mm kernel; on a GPU, at the sizes they are for, replayed
-and captured in CUDA graphs.
+and captured in CUDA graphs, as `gluongemv` is (its other tests: tests/test_gluon_gemv.py).
 
 On a CPU-only machine the kernels run in Triton's interpreter (tests/conftest.py): sizes stay
 under 100. Outputs are poisoned with NaN before each launch, so an element the kernel never
@@ -24,6 +24,7 @@ from tuner.kernels import KERNELS, kernel_for
 from tuner.kernels.base import Gemm, config_label
 from tuner.kernels.calls import meta_gemm
 from tuner.kernels.gemv import MAX_MMA_VECTORS, MAX_VECTORS, MMAGEMV, MULTIGEMV
+from tuner.kernels.gluon_gemv import GLUONGEMV
 from tuner.model.named_devices import named_spec
 from tuner.model.predict import predict_ms
 from tuner.runtime import dispatch
@@ -33,12 +34,15 @@ from tuner.shapes import LAYOUTS, Shape
 MM = KERNELS["mm"]
 CONFIG = {"ROWS": 4, "BLOCK_K": 32, "num_stages": 2, "num_warps": 2}
 MMA_CONFIG = {"BLOCK_M": 16, "BLOCK_K": 32, "num_stages": 1, "num_warps": 2}
-# Per variant: the variant, its interpreter config and its GPU config.
+# Per variant: the variant, its interpreter config and its GPU config (gluongemv, in Gluon,
+# never runs in the interpreter: tests/test_gluon_gemv.py).
 VARIANTS = {
     "multigemv": (MULTIGEMV, CONFIG, {"ROWS": 1, "BLOCK_K": 256, "num_stages": 5,
                                       "num_warps": 2}),
     "mmagemv": (MMAGEMV, MMA_CONFIG, {"BLOCK_M": 32, "BLOCK_K": 256, "num_stages": 1,
                                       "num_warps": 4}),
+    "gluongemv": (GLUONGEMV, None, {"BLOCK_M": 16, "BLOCK_K": 128, "num_stages": 2,
+                                    "num_warps": 4}),
 }
 
 
