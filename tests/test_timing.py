@@ -149,6 +149,33 @@ def test_tiny_kernel_is_timed_as_a_graph_without_launch_gaps():
 
 
 @pytest.mark.gpu
+def test_side_by_side_a_short_and_a_long_config_take_one_method(big_matmul):
+    xs, ys, outs = bf16_randn(4, 4096), bf16_randn(4, 4096), bf16_randn(4, 4096)
+
+    def small_add(i):
+        torch.add(xs[i], ys[i], out=outs[i])
+
+    timings = retime_interleaved([small_add, big_matmul], n_sets=4, rounds=5)
+    assert all("graph" in t.method for t in timings), [t.method for t in timings]
+
+
+@pytest.mark.gpu
+def test_the_flush_leaves_the_timed_kernel_no_write_back():
+    """A 48 MiB read, flushed launch by launch, against the same read streamed over 8
+    buffers in a graph (no flush at all): within 15% and a launch's ramp. A flush that
+    zeroed its buffer left L2 full of dirty lines, and the read paid to write them back."""
+    buffers = [torch.ones(24 * 2**20, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
+
+    def read(i):
+        buffers[i].sum(dtype=torch.float32)
+
+    flushed = time_gpu(read, n_sets=1, graph_below_ms=0.0)
+    streamed = time_gpu(read, n_sets=8, graph_below_ms=1.0)
+    assert "L2 flushed" in flushed.method and "graph" in streamed.method
+    assert flushed.p50_ms <= 1.15 * streamed.p50_ms + 0.003, (flushed, streamed)
+
+
+@pytest.mark.gpu
 def test_a_slow_host_path_does_not_leak_into_flushed_samples():
     """A launch whose host side takes 300 us around a kernel of a few us: the event samples
     must hold the kernel, not the gap the host leaves (the spin after the flush covers it)."""

@@ -5,7 +5,10 @@ one line saying how they were taken, so that a stored number can be judged later
 
 On a GPU, a config whose single launch takes at least `graph_below_ms` is timed launch by
 launch between CUDA events, with L2 flushed before each launch so that no run reads what the
-previous one left in cache. After the flush the GPU spins for longer than the host takes to
+previous one left in cache. The flush reads a buffer twice L2's size: writing it (zeroing)
+would leave L2 full of dirty lines, and the timed kernel would pay for writing them back (on
+an H100, 10-20% of a decode GEMM that streams its weight; benchmarks/results/vs-cublas/
+README.md). After the flush the GPU spins for longer than the host takes to
 queue the launch (measured per config while warming up), so the start event fires only once
 the launch is queued: a config with a slow host path (Python-built TMA descriptors, padding
 copies) is then timed for what it does on the GPU, not for the gap the host left before it.
@@ -14,7 +17,10 @@ Host cost per call is a separate question, measured by benchmarks/host_overhead.
 A shorter kernel is timed as a CUDA graph of many launches that cycle through several input
 sets: launching one at a time would measure the CPU's launch overhead rather than the kernel,
 and that overhead would decide the ranking. The caller gives
-enough input sets that together they exceed L2, so the rotation keeps the data cold.
+enough input sets that together they exceed L2, so the rotation keeps the data cold. Configs
+re-timed side by side (`retime_interleaved`) all take one method, graphs if any of them is
+short: a launch timed alone also holds the GPU's ramp to the kernel, a microsecond or two
+that a graph amortizes, which would otherwise favour whichever config fell under the line.
 
 Results are read only after the last sample is queued: the CPU never waits on the GPU
 between samples, and nothing here sleeps or touches clocks.
@@ -157,13 +163,14 @@ class _EventSampler(ABC):
 
 @functools.cache
 def _l2_flush_buffer(device: int) -> torch.Tensor:
-    """Twice the L2 (at least 64 MiB): zeroing it evicts everything a kernel left there.
+    """Twice the L2 (at least 64 MiB): reading it evicts everything a kernel left there, and
+    leaves only clean lines behind.
 
     Allocated once per device and process: a fresh allocation per sample would cost more
     than the kernels being timed.
     """
     l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    return torch.empty(max(2 * l2_bytes, MIN_FLUSH_BYTES), dtype=torch.int8,
+    return torch.zeros(max(2 * l2_bytes, MIN_FLUSH_BYTES) // 8, dtype=torch.int64,
                        device=f"cuda:{device}")
 
 
@@ -195,7 +202,7 @@ class _FlushedLaunches(_EventSampler):
         self._spin_cycles = int(host_cover_ms * _spin_cycles_per_ms(device))
 
     def _prepare(self) -> None:
-        self._flush_buffer.zero_()
+        self._flush_buffer.sum()
         if self._spin_cycles:
             torch.cuda._sleep(self._spin_cycles)
 
@@ -228,9 +235,16 @@ class _GraphReplays(_EventSampler):
                 f"input sets, {runs} replays")
 
 
-def _gpu_sampler(launch: Callable[[int], None], n_sets: int,
-                 graph_below_ms: float) -> tuple[_EventSampler, float]:
-    """Warm one config up and pick its method; returns the sampler and its ms per sample."""
+@dataclass
+class _Warmed:
+    """A config warmed up: its launch cycle, the spin that covers its host path, and its
+    flushed launch's time."""
+    cycle: _SetCycle
+    host_cover_ms: float
+    launch_ms: float
+
+
+def _warmed(launch: Callable[[int], None], n_sets: int) -> _Warmed:
     cycle = _SetCycle(launch, n_sets)
     host_ms = []
     for _ in range(WARMUP_LAUNCHES):
@@ -246,11 +260,22 @@ def _gpu_sampler(launch: Callable[[int], None], n_sets: int,
         probe.take()
     # The low end, not the median: a sample the host was late for includes its launch gap,
     # and a kernel short enough to be overtaken by launch overhead is the one graphs are for.
-    launch_ms = max(probe.timing().p20_ms, EVENT_RESOLUTION_MS)
-    if launch_ms >= graph_below_ms:
-        return _FlushedLaunches(cycle, host_cover_ms), launch_ms
-    launches = min(MAX_GRAPH_LAUNCHES, math.ceil(GRAPH_REPLAY_MS / launch_ms))
-    return _GraphReplays(cycle, launches, n_sets), launches * launch_ms
+    return _Warmed(cycle, host_cover_ms, max(probe.timing().p20_ms, EVENT_RESOLUTION_MS))
+
+
+def _sampler(warmed: _Warmed, n_sets: int, graphed: bool) -> tuple[_EventSampler, float]:
+    """The sampler of one warmed config, and its ms per sample."""
+    if not graphed:
+        return _FlushedLaunches(warmed.cycle, warmed.host_cover_ms), warmed.launch_ms
+    launches = min(MAX_GRAPH_LAUNCHES, math.ceil(GRAPH_REPLAY_MS / warmed.launch_ms))
+    return _GraphReplays(warmed.cycle, launches, n_sets), launches * warmed.launch_ms
+
+
+def _gpu_sampler(launch: Callable[[int], None], n_sets: int,
+                 graph_below_ms: float) -> tuple[_EventSampler, float]:
+    """Warm one config up and pick its method; returns the sampler and its ms per sample."""
+    warmed = _warmed(launch, n_sets)
+    return _sampler(warmed, n_sets, warmed.launch_ms < graph_below_ms)
 
 
 class _WallClock:
@@ -300,13 +325,15 @@ def retime_interleaved(launches: list[Callable[[int], None]], n_sets: int, *, ro
     order, so drift (clocks, temperature) hits them alike. Returns one Timing per launch, in
     order.
 
-    Each config is sampled exactly as a lone `time_gpu` (or `time_cpu`) would sample it, so
-    its re-timing measures the same thing as its trial did; all warm-up happens before the
-    first round.
+    Each config is sampled as a lone `time_gpu` (or `time_cpu`) would sample it, but all
+    take one method: graphs if any of them is short (the module's docstring says why). All
+    warm-up happens before the first round.
     """
     samplers: list[_Sampler]
     if gpu:
-        samplers = [_gpu_sampler(launch, n_sets, graph_below_ms)[0] for launch in launches]
+        warmed = [_warmed(launch, n_sets) for launch in launches]
+        graphed = any(w.launch_ms < graph_below_ms for w in warmed)
+        samplers = [_sampler(w, n_sets, graphed)[0] for w in warmed]
     else:
         samplers = [_WallClock(_SetCycle(launch, n_sets)) for launch in launches]
     return _interleaved(samplers, rounds)
