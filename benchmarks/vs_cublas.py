@@ -14,9 +14,9 @@ Contenders, all on the same random inputs (never zeros), each checked against fl
   compile time stays within --inductor-budget-s in total (later shapes show "-").
 Measures, per contender:
 - device µs: kernel time, tuner.execution.timing.retime_interleaved over every contender of the row
-  (L2 flushed before each sample with a GPU spin covering the host's launch, CUDA-graph
-  replays for calls under 20 µs, rotating input sets; one sample of each contender per
-  round, so drift hits them alike);
+  (L2 flushed by a read before each sample with a GPU spin covering the host's launch, or,
+  for the whole row where any contender runs under 20 µs, CUDA-graph replays over rotating
+  input sets; one sample of each contender per round, so drift hits them alike);
 - eager µs: `triton.testing.do_bench` of the call as written (L2 flushed between calls, so a
   launch path longer than the flush shows), median of --eager-rounds runs;
 - loop µs: wall time per call of --loop-calls back-to-back calls through the final
@@ -211,8 +211,8 @@ def main(argv=None) -> int:
           f"{triton.__version__}, CUDA {torch.version.cuda}, "
           f"{datetime.now(timezone.utc):%Y-%m-%d}\n")
     print(f"table: {args.config}. µs per call; ratio = cuBLAS / contender (> 1: faster than "
-          "cuBLAS). device: median of interleaved samples (L2 flushed, host launch covered, "
-          "graphs under 20 µs); "
+          "cuBLAS). device: median of interleaved samples (L2 flushed by a read, host launch "
+          "covered; graphs for the row if any contender is under 20 µs); "
           "eager: do_bench of the call; loop: wall per call of back-to-back calls; host: the "
           "time to issue one call of that loop. nt rows call linear (x @ W^T). roofline: the "
           "tuner's device time against max(flops / peak, bytes / bandwidth), measured here: "

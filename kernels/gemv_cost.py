@@ -67,7 +67,7 @@ def gluon_seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
     DRAM bound a config counts as on it, as the other variants' read-bound configs are: the
     model resolves no finer, and ties go to the least shared memory. Over an exhaustive H100
     run at decode batch 6-8 (benchmarks/data/studies-h100-gluongemv.json.gz) the pick runs
-    0.980 of the fastest (geomean, min 0.965); on the DRAM bound alone, 0.451.
+    0.975 of the fastest (geomean, min 0.964); on the DRAM bound alone, 0.465.
 
     block_v(vectors) and registers(config, block_v, itemsize) are the kernel's own rules
     (its padded vectors, its registers per thread)."""

@@ -17,11 +17,12 @@ to the same result. Nothing passes through shared memory until the warps' sums a
 - num_stages 2 issues the next step's loads before this step's MMA, a register double
   buffer; 1 loads, then multiplies.
 
-On an H100 at decode batch 6-8, timed alone with L2 flushed, it ran Llama-3-8B's projections
-1.05-1.65x cuBLAS where mmagemv's best ran 0.87-1.13x. Inside the model's graphed decode
-step the gate and up weights stream at cuBLAS's pace (both near 2.8 TB/s), the down and
-attention weights 1.07-1.14x faster (benchmarks/results/vs-cublas/README.md). The matrix must be
-K-contiguous (as nn.Linear stores its weight) and 16-bit; the vectors may have any strides.
+On an H100 at decode batch 6-8 it ran Llama-3-8B's projections 1.03-1.14x cuBLAS (the best
+config of each, timed alone with L2 flushed; mmagemv's best 1.01-1.03x where measured
+beside it). Inside the model's graphed decode step the gate and up weights stream at
+cuBLAS's pace (both near 2.8 TB/s), the down and attention weights 1.07-1.14x faster
+(benchmarks/results/vs-cublas/README.md). The matrix must be K-contiguous (as nn.Linear
+stores its weight) and 16-bit; the vectors may have any strides.
 """
 from __future__ import annotations
 
