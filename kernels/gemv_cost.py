@@ -32,6 +32,15 @@ if TYPE_CHECKING:
 DRAM_TIE = 0.005
 
 
+def _read(ops: Operands, spec: DeviceSpec) -> tuple[int, int, float]:
+    """(rows of the matrix, vectors, DRAM seconds of one pass): the matrix is A where N is
+    the short side, else B transposed, and the pass reads it and the vectors once and writes
+    Y once."""
+    rows, vectors = max(ops.M, ops.N), min(ops.M, ops.N)
+    nbytes = (rows + vectors) * ops.K * ops.itemsize + rows * vectors * ops.out_itemsize
+    return rows, vectors, dram_seconds(nbytes, spec)
+
+
 def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
             spec: DeviceSpec, rows_param: str = "BLOCK_M", tensor_cores: bool = False) -> float:
     """The matrix is A where N is the short side, else B transposed (kernels/gemv.py); each
@@ -41,19 +50,17 @@ def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
     (mmagemv) the CUDA cores touch each matrix element once, as for a single vector, and the
     accumulator is one MMA column block."""
     block_m, block_k, warps = config[rows_param], config["BLOCK_K"], config["num_warps"]
-    rows, unit_along_k, stride = ((ops.M, ops.a_k_unit, ops.a_stride) if ops.N <= ops.M
-                                  else (ops.N, ops.b_k_unit, ops.b_stride))
-    vectors = min(ops.M, ops.N)
+    unit_along_k, stride = ((ops.a_k_unit, ops.a_stride) if ops.N <= ops.M
+                            else (ops.b_k_unit, ops.b_stride))
+    rows, vectors, dram = _read(ops, spec)
     step = gemv_step(ops, block_m, block_k, config["num_stages"], warps, unit_along_k,
                      stride, spec, 1 if tensor_cores else vectors)
     held = MIN_DOT_TILE * (block_m + block_k) if tensor_cores else vectors * block_m * block_k
     regs = held // (32 * warps) + BASE_REGS
     occupancy = resident_programs(smem_bytes(), regs, warps, spec)
-    dram_bytes = ((rows + vectors) * ops.K * ops.itemsize  # the matrix and the vectors
-                  + rows * vectors * ops.out_itemsize)
     compute = rounds_seconds(cdiv(rows, block_m), cdiv(ops.K, block_k), step, occupancy,
                              0.0, spec)
-    return max(compute, dram_seconds(dram_bytes, spec)) + LAUNCH_S
+    return max(compute, dram) + LAUNCH_S
 
 
 def gluon_seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
@@ -73,15 +80,13 @@ def gluon_seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
     (its padded vectors, its registers per thread)."""
     block_m, block_k, warps = config["BLOCK_M"], config["BLOCK_K"], config["num_warps"]
     stages, item = config["num_stages"], ops.itemsize
-    rows = ops.M if ops.N <= ops.M else ops.N
-    vectors = block_v(min(ops.M, ops.N))
-    resident = resident_programs(smem_bytes(), registers(config, vectors, item) + BASE_REGS,
+    rows, vectors, dram = _read(ops, spec)  # the vectors' padding is masked, never read
+    resident = resident_programs(smem_bytes(),
+                                 registers(config, block_v(vectors), item) + BASE_REGS,
                                  warps, spec)
     programs_per_sm = cdiv(cdiv(rows, block_m), spec.sm_count)
     inflight = min(min(programs_per_sm, resident) * warps * block_m * block_k * item * stages,
                    INFLIGHT_BYTES_PER_SM)
     stream = programs_per_sm * block_m * ops.K * item / inflight * LOAD_LATENCY_S
-    dram = dram_seconds((rows + vectors) * ops.K * item + rows * vectors * ops.out_itemsize,
-                        spec)
     both = (stream ** STEP_OVERLAP_NORM + dram ** STEP_OVERLAP_NORM) ** (1 / STEP_OVERLAP_NORM)
     return (dram if both <= dram * (1 + DRAM_TIE) else both) + LAUNCH_S
