@@ -700,6 +700,14 @@ def smoke(args) -> int:
     return 0
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model's and its cases' options (--layers, --prefix, --seed)."""
+    parser.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
+    parser.add_argument("--prefix", type=int, default=DEFAULT_PREFIX,
+                        help=f"tokens cached before a decode step (default {DEFAULT_PREFIX})")
+    parser.add_argument("--seed", type=int, default=0, help="weights and tokens")
+
+
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = main_parser.add_subparsers(dest="command", required=True)
@@ -710,10 +718,7 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--out", required=True, help="folder of this benchmark's files")
         if name in ("report", "smoke"):
             continue
-        sub.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
-        sub.add_argument("--prefix", type=int, default=DEFAULT_PREFIX,
-                         help=f"tokens cached before a decode step (default {DEFAULT_PREFIX})")
-        sub.add_argument("--seed", type=int, default=0, help="weights and tokens")
+        add_model_arguments(sub)
         devices = ("cuda", "cpu", "meta") if name == "record" else ("cuda", "cpu")
         sub.add_argument("--device", choices=devices, default="cuda",
                          help="where the model runs" + (" (meta: the shapes alone, nothing "

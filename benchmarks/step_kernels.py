@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 from model_e2e import (
-    DEFAULT_PREFIX,
     BenchError,
     Step,
+    add_model_arguments,
     all_cases,
     check_transformers,
     contender,
@@ -126,7 +126,6 @@ def run(args) -> int:
     check_writable(out)
     os.environ["TUNE_CONFIG"] = args.table  # before the dispatcher's first lookup
     torch.set_grad_enabled(False)
-    args.tiny = False
     model = llama(args.layers, False, "cuda", args.seed)
     ours = our_kernel_names()
     cases = all_cases(args.prefix, tiny=False)
@@ -154,10 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", required=True, help="table YAML from `tune export`")
     parser.add_argument("--rows", default="4", help="1-based cases, as model_e2e.py's "
                         "(1-2 prefill 1x2048, 8x512; 3-5 decode b1, b8, b32; default 4)")
-    parser.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
-    parser.add_argument("--prefix", type=int, default=DEFAULT_PREFIX,
-                        help=f"tokens cached before a decode step (default {DEFAULT_PREFIX})")
-    parser.add_argument("--seed", type=int, default=0, help="weights and tokens")
+    add_model_arguments(parser)
+    parser.set_defaults(tiny=False)  # the full model only (model_description reads it)
     parser.add_argument("--steps", type=int, default=10, help="replays profiled per contender")
     try:
         return run(parser.parse_args(argv))
