@@ -79,6 +79,15 @@ from tests.test_search import world  # noqa: E402, F401
 
 
 @pytest.fixture
+def on_hopper(monkeypatch):
+    """The Gluon variants (gluon, gluongemv) as they see a compiled kernel's target: not the
+    interpreter, an sm_90 GPU; so CPU tests reach the rest of their `unsupported`."""
+    from tuner.kernels import gluon_mm
+    monkeypatch.setattr(gluon_mm, "INTERPRETED", False)
+    monkeypatch.setattr(gluon_mm, "target_arch", lambda device: gluon_mm.HOPPER_ARCH)
+
+
+@pytest.fixture
 def shapes_dir(tmp_path, monkeypatch):
     """The working folder of a CLI test: it holds only s.csv, one shape, and TUNE_DB is unset."""
     from tests.factories import ONE_SHAPE

@@ -3,7 +3,7 @@ machine, and, marked `gpu`, the compiled kernel on Hopper.
 
 Triton's interpreter cannot run Gluon, so on CPU-only machines (tests/conftest.py switches the
 interpreter on) the variant refuses every call; the CPU tests below step past that refusal and
-the device check (`on_hopper`) to check the rest of `unsupported`. On the GPU machine the
+the device check (conftest's `on_hopper`) to check the rest of `unsupported`. On the GPU machine the
 kernel runs against a float64 reference with NaN-poisoned outputs, as in
 tests/test_tma_persistent.py, whose launch_error these tests share (and tests/test_gpu.py's
 way of forcing the dispatcher's config).
@@ -33,13 +33,6 @@ NARROW = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_stages
           "num_warps": 4, "WARP_SPECIALIZE": 0}
 CONFIGS = {"wide": WIDE, "wide-ws": {**WIDE, "WARP_SPECIALIZE": 1}, "narrow": NARROW,
            "narrow-ws": {**NARROW, "WARP_SPECIALIZE": 1}}
-
-
-@pytest.fixture
-def on_hopper(monkeypatch):
-    """The variant as it sees a compiled kernel's target: not the interpreter, an sm_90 GPU."""
-    monkeypatch.setattr(gluon_mm, "INTERPRETED", False)
-    monkeypatch.setattr(gluon_mm, "target_arch", lambda device: gluon_mm.HOPPER_ARCH)
 
 
 def test_imports_and_is_registered_in_mm_and_its_space():

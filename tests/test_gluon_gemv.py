@@ -2,8 +2,8 @@
 any machine, and, marked `gpu`, the compiled kernel against a float64 reference.
 
 Triton's interpreter cannot run Gluon: on CPU-only machines the variant refuses every call,
-and the CPU tests step past that refusal and the device check (`on_gpu`) to check the rest of
-`unsupported`. Its replay through the dispatcher and its CUDA-graph capture are
+and the CPU tests step past that refusal and the device check (conftest's `on_hopper`) to
+check the rest of `unsupported`. Its replay through the dispatcher and its CUDA-graph capture are
 tests/test_multigemv.py's, which runs them for every gemv-walk variant.
 """
 import dataclasses
@@ -29,13 +29,6 @@ MM = KERNELS["mm"]
 CONFIG = VARIANTS["gluongemv"][2]
 
 
-@pytest.fixture
-def on_gpu(monkeypatch):
-    """The variant as it sees a compiled kernel's target: not the interpreter, an sm_90 GPU."""
-    monkeypatch.setattr(gluon_mm, "INTERPRETED", False)
-    monkeypatch.setattr(gluon_mm, "target_arch", lambda device: 90)
-
-
 def why(shape: Shape, **tunables) -> str | None:
     return GLUONGEMV.unsupported(meta_gemm(shape), {**CONFIG, **tunables})
 
@@ -57,13 +50,13 @@ def test_the_interpreter_cannot_run_it():
 
 
 @pytest.mark.parametrize("arch, named", [(75, "sm_75"), (None, "no CUDA GPU")])
-def test_refuses_targets_without_bf16_mma(on_gpu, monkeypatch, arch, named):
+def test_refuses_targets_without_bf16_mma(on_hopper, monkeypatch, arch, named):
     monkeypatch.setattr(gluon_mm, "target_arch", lambda device: arch)
     assert why(Shape(8, 4096, 4096, "bf16", "nt")) == \
         f"gluongemv: mma.sync takes bf16 from sm_80, and the target is {named}"
 
 
-def test_takes_a_k_contiguous_16_bit_matrix_either_way_round(on_gpu):
+def test_takes_a_k_contiguous_16_bit_matrix_either_way_round(on_hopper):
     """The few vectors as M (the weight of `linear`, stored N×K) or as N (A row-major)."""
     assert why(Shape(8, 4096, 4096, "bf16", "nt")) is None
     assert why(Shape(16, 1024, 14336, "fp16", "nt")) is None
@@ -71,7 +64,7 @@ def test_takes_a_k_contiguous_16_bit_matrix_either_way_round(on_gpu):
     assert why(Shape(2, 50257, 768, "bf16", "nt")) is None
 
 
-def test_refuses_what_it_is_not_for(on_gpu):
+def test_refuses_what_it_is_not_for(on_hopper):
     """One vector (gemv's) and more than 16, other dtypes, a matrix whose K is strided, tiles
     and steps the MMA layout cannot split, a third stage, and registers past a thread's."""
     assert why(Shape(1, 4096, 4096, "bf16", "nt")) == \
