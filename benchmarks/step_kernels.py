@@ -1,6 +1,6 @@
 """Where a model's graphed step goes, kernel by kernel: stock transformers against the same
-model under tuner.enable(), both captured in CUDA graphs (benchmarks/model_e2e.py's model,
-cases and contenders).
+model under tuner.enable(), without and with tuner.fuse, each captured in a CUDA graph
+(benchmarks/model_e2e.py's model, cases and contenders).
 
     python benchmarks/step_kernels.py --out DIR --table TABLE [--rows 4]   # DIR/step_kernels.md
 
@@ -39,7 +39,7 @@ from model_e2e import (
 from tuner.errors import UserError
 from tuner.formats.files import check_writable, write_text_atomic
 
-CONTENDERS = ("stock-graph", "ours-graph")
+CONTENDERS = ("stock-graph", "ours-graph", "ours-fuse-graph")
 # cuBLAS's GEMM and GEMV kernels (and its split-K reductions) by name.
 CUBLAS_NAME_PARTS = ("nvjet", "gemm", "gemv", "cutlass", "splitKreduce")
 TOP_KERNELS = 12

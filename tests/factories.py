@@ -7,6 +7,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 from click.testing import CliRunner
 from optuna.trial import TrialState
 
@@ -121,3 +122,19 @@ def fresh_lookups(keys: list[dict], environ: dict) -> dict:
                          env=environ, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def captured_and_replayed(run):
+    """What `run()` returns when captured in a CUDA graph and replayed: warmed up first on a
+    side stream, as torch's graph docs ask (a first call compiles or allocates)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    graph.replay()
+    torch.cuda.synchronize()
+    return captured

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import tuner
+from tests.factories import captured_and_replayed
 from tuner import fronts, integration, routing, runtime
 from tuner.runtime import dispatch, fastpath
 
@@ -366,16 +367,7 @@ def test_an_enabled_or_patched_model_on_the_gpu_matches_stock(calls, seed):
     x = x.detach()
     with tuner.enabled(), torch.no_grad():
         eager = model(x)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            model(x)  # warm-up off the capture stream, as torch's graph docs ask
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = model(x)
-        graph.replay()
-        torch.cuda.synchronize()
+        captured = captured_and_replayed(lambda: model(x))
     torch.testing.assert_close(captured, eager, rtol=0, atol=0)
 
 

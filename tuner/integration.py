@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tuner import fronts, routing
+from tuner import forwards, fronts, routing
 from tuner.gemm_calls import KERNEL_DTYPES
 from tuner.runtime import fastpath
 
@@ -67,6 +67,7 @@ _ROUTING = _Routing()
 _libraries: list[torch.library.Library] = []
 _devices: tuple[str, ...] = ()
 HOOKED_OPS = ("mm", "addmm", "bmm")
+PATCHED = "tuner_patched"  # the mark of the forwards `patch` sets (tuner.forwards)
 
 
 def _register(library: torch.library.Library, key: str, routes: routing.Routes) -> None:
@@ -153,25 +154,14 @@ def _tuned_forward(module: nn.Linear, device_types: frozenset[str]) -> Callable:
             return linear(input, weight, bias)
         return F.linear(input, weight, bias)
 
-    forward.tuner_patched = True  # what unpatch removes
     return forward
 
 
-class Patched:
+class Patched(forwards.Switched):
     """The nn.Linear modules `patch` switched over; leaving `with` (or `undo`) restores them."""
 
     def __init__(self, modules: list[nn.Linear]):
-        self.modules = modules
-
-    def undo(self) -> None:
-        for module in self.modules:
-            _unpatch_module(module)
-
-    def __enter__(self) -> Patched:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.undo()
+        super().__init__(modules, PATCHED)
 
 
 def patch(model: nn.Module, devices: Sequence[str] = DEFAULT_DEVICES) -> Patched:
@@ -180,19 +170,13 @@ def patch(model: nn.Module, devices: Sequence[str] = DEFAULT_DEVICES) -> Patched
     overrides forward, are left as they are."""
     _dispatch_keys(devices)
     device_types = frozenset(devices)
-    modules = [m for m in model.modules() if type(m).forward is nn.Linear.forward
-               and "forward" not in vars(m)]
+    modules = [m for m in model.modules() if forwards.is_plain_linear(m)]
     for module in modules:
-        module.forward = _tuned_forward(module, device_types)
+        forwards.set_forward(module, _tuned_forward(module, device_types), PATCHED)
     return Patched(modules)
-
-
-def _unpatch_module(module: nn.Module) -> None:
-    if getattr(vars(module).get("forward"), "tuner_patched", False):
-        del module.forward
 
 
 def unpatch(model: nn.Module) -> None:
     """Undo `patch` on every module of `model`: their forward is their class's again."""
     for module in model.modules():
-        _unpatch_module(module)
+        forwards.restore(module, PATCHED)
