@@ -26,9 +26,10 @@ batched products, which SDPA runs as such only on meta).
 The contenders (columns): `stock`, the model as transformers runs it; `ours`, the same under
 tuner.enable() with TUNE_CONFIG=--table; `ours-fuse`, the same with tuner.fuse(model) (each
 layer's q/k/v and gate/up projections one GEMM each: record with --fuse too, so that the
-table holds the stacked shapes); `ours-patch`, under tuner.patch(model) instead (each
-nn.Linear calls tuner.linear: no aten kernel in between); `stock-graph`, `ours-graph` and
-`ours-fuse-graph`, one step captured in a torch.cuda.CUDAGraph and replayed;
+table holds the stacked shapes); `stock-fuse`, tuner.fuse(model) on torch's kernels (what
+fusing alone gives); `ours-patch`, under tuner.patch(model) instead (each
+nn.Linear calls tuner.linear: no aten kernel in between); `stock-graph`, `stock-fuse-graph`,
+`ours-graph` and `ours-fuse-graph`, one step captured in a torch.cuda.CUDAGraph and replayed;
 `max-autotune`, torch.compile(model, mode="max-autotune", dynamic=False) of the stock model,
 compiled per case (Inductor's GEMM autotuning and its own CUDA graphs; its compile seconds
 and CUDA-graph skips are reported);
@@ -81,16 +82,21 @@ from tuner.formats.files import check_writable, write_text_atomic
 from tuner.reporting import STDERR
 from tuner.textfiles import MiB, decoded, read_user_file
 
-COLUMNS = ("stock", "ours", "ours-fuse", "ours-patch", "stock-graph", "ours-graph",
-           "ours-fuse-graph", "max-autotune", "ours-max-autotune")
-CUDA_ONLY_COLUMNS = frozenset({"stock-graph", "ours-graph", "ours-fuse-graph", "max-autotune",
-                               "ours-max-autotune"})
+COLUMNS = ("stock", "stock-fuse", "ours", "ours-fuse", "ours-patch", "stock-graph",
+           "stock-fuse-graph", "ours-graph", "ours-fuse-graph", "max-autotune",
+           "ours-max-autotune")
+CUDA_ONLY_COLUMNS = frozenset({"stock-graph", "stock-fuse-graph", "ours-graph",
+                               "ours-fuse-graph", "max-autotune", "ours-max-autotune"})
 COMPILED_COLUMNS = frozenset({"max-autotune", "ours-max-autotune"})
 # (contender, its baseline, ratio label): the ratios the tables show, contender over baseline.
 # The first five are ours against stock launched alike.
 RATIOS = (("ours", "stock", "eager"), ("ours-graph", "stock-graph", "graphed"),
           ("ours-patch", "stock", "patched eager"), ("ours-fuse", "stock", "fused eager"),
           ("ours-fuse-graph", "stock-graph", "fused graphed"),
+          # What fusing alone gives torch's kernels, and ours over stock both fused.
+          ("stock-fuse-graph", "stock-graph", "stock fused / stock, graphed"),
+          ("ours-fuse-graph", "stock-fuse-graph", "both fused, graphed"),
+          ("ours-fuse", "stock-fuse", "both fused, eager"),
           ("ours-max-autotune", "max-autotune", "ours / stock, both max-autotune"),
           ("ours-graph", "max-autotune", "ours graphed / max-autotune"),
           ("max-autotune", "stock", "max-autotune / stock eager"))
@@ -270,13 +276,18 @@ def contender(column: str, model: torch.nn.Module, step: Step, device: str) -> C
     def ours() -> contextlib.AbstractContextManager:
         return tuner.enabled((device,))
 
-    if column == "stock":
-        return Contender(stock, contextlib.nullcontext)
+    def fused() -> contextlib.AbstractContextManager:
+        return tuner.fuse(model)
+
     @contextlib.contextmanager
     def ours_fused() -> Iterator[None]:
-        with tuner.fuse(model), ours():
+        with fused(), ours():
             yield
 
+    if column == "stock":
+        return Contender(stock, contextlib.nullcontext)
+    if column == "stock-fuse":
+        return Contender(stock, fused)
     if column == "ours":
         return Contender(stock, ours)
     if column == "ours-fuse":
@@ -297,6 +308,8 @@ def contender(column: str, model: torch.nn.Module, step: Step, device: str) -> C
         return Contender(graphed(stock, contextlib.nullcontext), contextlib.nullcontext)
     if column == "ours-graph":
         return Contender(graphed(stock, ours), contextlib.nullcontext)
+    if column == "stock-fuse-graph":
+        return Contender(graphed(stock, fused), contextlib.nullcontext)
     if column == "ours-fuse-graph":
         return Contender(graphed(stock, ours_fused), contextlib.nullcontext)
     return max_autotune(model, step)
@@ -568,7 +581,8 @@ def markdown(results: dict) -> str:
              "token only, the cache rewound after the step (one foreach kernel, in every "
              "contender). ours: tuner.enable() with the table; graph: the step captured in a "
              "torch.cuda.CUDAGraph and replayed; ours-fuse: tuner.fuse(model) as well (q/k/v "
-             "and gate/up each one GEMM); ours-patch: tuner.patch(model) instead; "
+             "and gate/up each one GEMM); stock-fuse: tuner.fuse(model) on torch's kernels; "
+             "ours-patch: tuner.patch(model) instead; "
              "max-autotune: torch.compile(model, mode=\"max-autotune\", dynamic=False) per "
              "case; ours-max-autotune: the same of a patched copy. µs per step: the median of a "
              "run's samples, each one untimed step then back-to-back steps timed after a "
