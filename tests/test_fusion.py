@@ -78,6 +78,14 @@ def test_the_members_weights_become_views_of_one_buffer_and_fusing_again_copies_
     assert "forward" not in vars(block.q_proj)
 
 
+def test_patch_leaves_fused_members_alone_and_fuse_leaves_patched_ones(block):
+    with tuner.fuse(block):
+        assert tuner.patch(block, ("cpu",)).modules == []
+    with tuner.patch(block, ("cpu",)) as patched:
+        assert len(patched.modules) == 5
+        assert tuner.fuse(block).groups == []
+
+
 def test_unfuse_gives_every_member_its_class_forward(block):
     tuner.fuse(block)
     assert "forward" in vars(block.up_proj)

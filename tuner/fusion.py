@@ -28,7 +28,9 @@ MEMORY_BOUND_ROWS: a prefill), and where fusing would be wrong or is not traced:
 autograd would need its weight's gradient (fusing serves inference), when its weight or bias
 is no longer the view `fuse` made (a parameter replaced), and under torch.compile. Children
 with a forward of their own (patched, hooked) or of a class that overrides it are not fused,
-nor are groups whose members differ in input width, dtype, device or having a bias.
+nor are groups whose members differ in input width, dtype, device or having a bias; and
+`tuner.patch` leaves fused children alone (torch.compile traces them unfused: patch an
+unfused model for it).
 `undo` (or leaving `with`) deletes the forwards `fuse` set; the weights stay views, with the
 same values.
 """
