@@ -192,6 +192,13 @@ def vectors(gemm: Gemm) -> int:
     return min(M, N)
 
 
+def bias_strides(gemm: Gemm, bias, transposed: bool) -> tuple[int, int]:
+    """The bias's strides along Y's rows and along its vectors (as_gemv's Y): the bias runs
+    along N, so along the vectors when N is the short side, along the rows when M is."""
+    stride = 0 if gemm.bias is None else bias.stride(0)
+    return (stride, 0) if transposed else (0, stride)
+
+
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool,
            rows_param: str = "BLOCK_M", tensor_cores: bool = False) -> None:
     """rows_param: the variant's name for the rows of A per program (the kernel's BLOCK_M);
@@ -200,11 +207,8 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool,
     (M, K), count = a.shape, x.shape[1]
     wrap_m = wrap_point(M, buffer_rows)
     (bias, *scales), epilogue_flags = epilogue_args(gemm)
-    # The bias runs along N: along Y's vectors when N is the short side, its rows else.
-    bias_stride = 0 if gemm.bias is None else bias.stride(0)
-    stride_bias_m, stride_bias_v = (bias_stride, 0) if transposed else (0, bias_stride)
     args = (a, x, y, M, K, count, wrap_m, *a.stride(), *x.stride(), *y.stride(), bias,
-            stride_bias_m, stride_bias_v, *scales)
+            *bias_strides(gemm, bias, transposed), *scales)
     block_m = tunables[rows_param]
     block_v = triton.next_power_of_2(count)
     dot = dot_options(gemm) if tensor_cores else dict(DOT_UPCAST=False, INPUT_PRECISION=None)

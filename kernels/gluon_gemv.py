@@ -33,7 +33,7 @@ from pathlib import Path
 from tuner.kernels import gemv_cost, gluon_mm
 from tuner.kernels._launch import cdiv, epilogue_args, needs_int64
 from tuner.kernels.base import TILE_SHORT_NAMES, Gemm, Variant, accumulator_refusal
-from tuner.kernels.gemv import MAX_MMA_VECTORS, as_gemv, vectors
+from tuner.kernels.gemv import MAX_MMA_VECTORS, as_gemv, bias_strides, vectors
 from tuner.kernels.gluon_mm import gl, gluon_jit
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands
@@ -161,13 +161,10 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     a, x, y, _, transposed = as_gemv(gemm)
     (M, K), count = a.shape, x.shape[1]
     (bias, *scales), epilogue_flags = epilogue_args(gemm)
-    # The bias runs along N: along Y's vectors when N is the short side, its rows else.
-    bias_stride = 0 if gemm.bias is None else bias.stride(0)
-    stride_bias_m, stride_bias_v = (bias_stride, 0) if transposed else (0, bias_stride)
     step = tunables["num_warps"] * tunables["BLOCK_K"]
     start(_gluon_gemv_kernel, (cdiv(M, tunables["BLOCK_M"]),),
           (a, x, y, M, K, count, a.stride(0), *x.stride(), *y.stride(), bias,
-           stride_bias_m, stride_bias_v, *scales), dict(
+           *bias_strides(gemm, bias, transposed), *scales), dict(
               BLOCK_M=tunables["BLOCK_M"], BLOCK_K=tunables["BLOCK_K"],
               BLOCK_V=padded_vectors(count), STAGES=tunables["num_stages"],
               EVEN_K=K % step == 0, INT64_OFFSETS=needs_int64(a, x, y),

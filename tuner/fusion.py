@@ -36,6 +36,7 @@ same values.
 """
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 
@@ -59,14 +60,11 @@ def _stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
     """One tensor whose rows are `tensors`' in order: a view where they already lie so in one
     storage, else a new one holding their values."""
     first = tensors[0]
-    rows = sum(t.shape[0] for t in tensors)
-    offset = first.storage_offset()
-    adjacent = all(t.is_contiguous() and t.untyped_storage().data_ptr()
-                   == first.untyped_storage().data_ptr() for t in tensors)
-    for t in tensors:
-        adjacent = adjacent and t.storage_offset() == offset
-        offset += t.numel()
-    if adjacent:
+    storage = first.untyped_storage().data_ptr()
+    offsets = itertools.accumulate((t.numel() for t in tensors), initial=first.storage_offset())
+    if all(t.is_contiguous() and t.untyped_storage().data_ptr() == storage
+           and t.storage_offset() == offset for t, offset in zip(tensors, offsets)):
+        rows = sum(t.shape[0] for t in tensors)
         return first.as_strided((rows, *first.shape[1:]), first.stride())
     return torch.cat(tensors)
 
