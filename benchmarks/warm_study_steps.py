@@ -39,13 +39,13 @@ def model_tile(executor, shape) -> dict:
     """The model's top Triton config for the shape in the built-in space."""
     from tuner.kernels import KERNELS
     from tuner.model.predict import device_spec
-    from tuner.search.warmstart import library_variants, model_configs
+    from tuner.search.warmstart import model_configs
     from tuner.tuning import load_spaces
 
     info, kernel = executor.device_info(), KERNELS["mm"]
     picks = model_configs(kernel, load_spaces()["mm"], shape, device_spec(info),
                           info.smem_per_block)
-    return next(c for c in picks if c["variant"] not in library_variants(kernel))
+    return next(c for c in picks if c["variant"] not in kernel.library_variants)
 
 
 def main() -> None:

@@ -208,6 +208,11 @@ class Kernel:
         return {v.name: (*KERNEL_PARAMS, *v.params) for v in self.variants}
 
     @cached_property
+    def library_variants(self) -> frozenset[str]:
+        """The variants that call a library (cuBLAS): measured, never searched."""
+        return frozenset(v.name for v in self.variants if v.library_calls is not None)
+
+    @cached_property
     def params(self) -> tuple[str, ...]:
         """Every parameter of any variant, in search order."""
         return tuple(dict.fromkeys(p for ps in self.variant_params.values() for p in ps))

@@ -1,8 +1,18 @@
-"""Which measured config wins (tuner.objective.ranked and finalists): the one rule the study's
-final re-timing, the runtime's online tuning and the export's other-mode pick share."""
+"""Which measured config wins (tuner.objective: ranked, finalists, final_field and
+final_winner): the one rule the study's final re-timing, the runtime's online tuning and the
+export's other-mode pick share."""
 from types import SimpleNamespace
 
-from tuner.objective import EAGER, GRAPH, finalists, ranked
+from tuner.objective import (
+    DEVICE_SLACK,
+    EAGER,
+    GRAPH,
+    LIBRARY_REACH,
+    final_field,
+    final_winner,
+    finalists,
+    ranked,
+)
 
 
 def measured(name, p50_ms, loop_ms=None, status="ok", spread=0.0):
@@ -49,3 +59,58 @@ def test_eager_finalists_lead_with_the_fastest_kernel_among_calls_of_the_same_ti
     assert names(finalists(records, EAGER)) == ["b", "d", "a"]
     assert names(finalists(records, EAGER, top=4)) == ["b", "d", "a", "c"]
     assert finalists([], EAGER) == []
+
+
+def is_cublas(record) -> bool:
+    return record.name == "cublas"
+
+
+def test_the_library_call_joins_the_final_within_reach_of_the_leader_else_leaves_it():
+    """A tile's lead over cuBLAS from trials timed apart is settled in pairs when within
+    LIBRARY_REACH (the power state's swing), though eager's slack would not rank cuBLAS."""
+    tiles = [measured("persistent", 0.600, 0.600), measured("tma", 0.640, 0.640)]
+    near = measured("cublas", 0.600 * (1 + LIBRARY_REACH * 0.9), 0.600 * 1.1)
+    assert names(ranked([*tiles, near], EAGER)) == ["persistent"]  # past DEVICE_SLACK
+    assert names(final_field([*tiles, near], EAGER, is_cublas)) == ["persistent", "cublas"]
+    assert names(final_field([*tiles, near], GRAPH, is_cublas)) == ["persistent", "tma",
+                                                                    "cublas"]
+    far = measured("cublas", 0.600 * (1 + LIBRARY_REACH * 1.1), 0.600 * 1.2)
+    assert names(final_field([*tiles, far], GRAPH, is_cublas)) == ["persistent", "tma"]
+    leading = measured("cublas", 0.500, 0.500)
+    assert names(final_field([*tiles, leading], GRAPH, is_cublas)) == ["cublas", "persistent",
+                                                                       "tma"]
+    assert final_field([measured("cublas", 0.5, 0.5, status="wrong")], GRAPH, is_cublas) == []
+
+
+def timing(p50_ms, spread=0.001):
+    return SimpleNamespace(p20_ms=p50_ms * (1 - spread), p50_ms=p50_ms,
+                           p80_ms=p50_ms * (1 + spread))
+
+
+def by_cost(record):
+    return ({"persistent": 2, "tma": 1, "cublas": 3}[record.name],)
+
+
+def test_the_final_keeps_the_library_call_on_a_tie_and_the_cheaper_tile_otherwise():
+    field = [measured("persistent", 0.60), measured("tma", 0.61), measured("cublas", 0.66)]
+    # timed in pairs, persistent and cuBLAS tie within TIE_FLOOR: the incumbent stays
+    kernels = [timing(0.600), timing(0.640), timing(0.603)]
+    assert final_winner(field, kernels, kernels, GRAPH, is_cublas, by_cost) == (2, [0, 2])
+    # persistent ahead beyond the noise: it replaces cuBLAS
+    kernels = [timing(0.600), timing(0.640), timing(0.620)]
+    assert final_winner(field, kernels, kernels, GRAPH, is_cublas, by_cost) == (0, [0])
+    # two tiles tie without cuBLAS: the cheaper one
+    kernels = [timing(0.600), timing(0.602), timing(0.640)]
+    assert final_winner(field, kernels, kernels, GRAPH, is_cublas, by_cost) == (1, [0, 1])
+
+
+def test_the_eager_final_weighs_calls_then_kernels_re_timed_not_the_trials():
+    field = [measured("persistent", 0.010), measured("tma", 0.011), measured("cublas", 0.012)]
+    calls = [timing(0.020), timing(0.020), timing(0.020)]  # host-paced: one call time
+    kernels = [timing(0.010), timing(0.0097), timing(0.012)]
+    # the fastest kernel of the tied calls, re-timed: tma, though persistent's trial led
+    assert final_winner(field, kernels, calls, EAGER, is_cublas, by_cost) == (1, [0, 1])
+    # a call ahead whose kernel falls past DEVICE_SLACK of the fastest kernel may not win
+    calls = [timing(0.015), timing(0.020), timing(0.020)]
+    kernels = [timing(0.010 * (1 + DEVICE_SLACK * 2)), timing(0.010), timing(0.010)]
+    assert final_winner(field, kernels, calls, EAGER, is_cublas, by_cost) == (2, [1, 2])

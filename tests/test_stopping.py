@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.factories import H100
-from tests.test_search import SPACE, ScriptedExecutor, speed
+from tests.test_search import SPACE, ScriptedExecutor, loop_ms, speed
 from tuner.db.optuna_storage import optuna_storage
 from tuner.db.session import session_factory
 from tuner.db.store import Store
@@ -180,6 +180,39 @@ def test_a_study_where_a_tile_wins_is_not_ended_by_the_bound(world):
     best_tile = {**WARM_START[1], "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64,
                  "num_stages": 2}
     assert outcome.best.params == best_tile
+
+
+class PowerStateExecutor(CublasExecutor):
+    """cuBLAS's trial timed 10% behind the best tile (a hotter power state); side by side,
+    within 0.5% of it: `best_ms` per launch mode, cuBLAS's device and call alike."""
+
+    def __init__(self, best_ms: float):
+        super().__init__(cublas_ms=best_ms * 1.10)
+        self.paired_ms = best_ms * 1.005
+
+    def retime(self, slot, shape, seed, kernel_name, configs, launch):
+        self.retimed.append(configs)
+        ms = [self.paired_ms if c["variant"] == "cublas"
+              else tile_ms(c) if launch == GRAPH else loop_ms(c) for c in configs]
+        return [Timing(m * 0.99, m, m * 1.01, 30, "x") for m in ms]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launch", [GRAPH, EAGER])
+def test_a_tile_must_beat_cublas_side_by_side_to_replace_it(world, launch):
+    """Every config measured; the best tile's trial leads cuBLAS's by 10%, past eager's
+    DEVICE_SLACK, within LIBRARY_REACH: the final re-times cuBLAS beside it, they tie, and
+    cuBLAS stays."""
+    best = min((c for c in TILES if not (c["BLOCK_M"] == 128 and c["num_stages"] == 3)
+                and not (c["BLOCK_M"] == 32 and c["BLOCK_N"] == 128)),
+               key=tile_ms if launch == GRAPH else loop_ms)
+    executor = PowerStateExecutor(tile_ms(best) if launch == GRAPH else loop_ms(best))
+    runner, _ = world.runner(executor, trials=WITH_CUBLAS.size, space=WITH_CUBLAS,
+                             warm_start=[CUBLAS], launch=launch)
+    outcome = runner.run()
+    assert CUBLAS in executor.retimed[0] and best in executor.retimed[0]
+    assert outcome.best.params == CUBLAS
+    assert outcome.final.p50_ms == pytest.approx(executor.paired_ms)
 
 
 WIDE = parse_space({"kernel": "mm", "params": {
@@ -784,13 +817,19 @@ def test_finalists_are_re_timed_only_where_their_trials_leave_the_winner_open():
         return TrialResult("ok", None, device_ms, device_ms, device_ms, 1.0, 1e-3, None, "x",
                            loop_ms=loop_ms)
     leader = trial(1.0, 1.0)
-    assert not contested([], EAGER) and not contested([leader], GRAPH)
+    tiles_only = lambda record: False  # noqa: E731
+    assert not contested([], EAGER, tiles_only) and not contested([leader], GRAPH, tiles_only)
     near_call = trial(1.01, 1.0 + CALL_NOISE * 0.9)
     far_call = trial(1.01, 1.0 + CALL_NOISE * 1.1)
-    assert contested(finalists([leader, near_call], EAGER), EAGER)
-    assert not contested(finalists([leader, far_call], EAGER), EAGER)
-    assert contested(finalists([leader, trial(1 + DEVICE_SLACK * 0.9, 9.0)], GRAPH), GRAPH)
-    assert not contested(finalists([leader, trial(1 + DEVICE_SLACK * 1.1, 1.0)], GRAPH), GRAPH)
+    assert contested(finalists([leader, near_call], EAGER), EAGER, tiles_only)
+    assert not contested(finalists([leader, far_call], EAGER), EAGER, tiles_only)
+    assert contested(finalists([leader, trial(1 + DEVICE_SLACK * 0.9, 9.0)], GRAPH), GRAPH,
+                     tiles_only)
+    far_kernel = trial(1 + DEVICE_SLACK * 1.1, 1.0)
+    assert not contested(finalists([leader, far_kernel], GRAPH), GRAPH, tiles_only)
+    # the same far kernel as the library call a tile leads: only pairs settle the lead
+    assert contested([leader, far_kernel], GRAPH, lambda record: record is far_kernel)
+    assert not contested([far_kernel, leader], GRAPH, lambda record: record is far_kernel)
 
 
 def test_the_descent_measures_the_steps_the_model_predicts_fastest_first():

@@ -13,6 +13,8 @@ one. vLLM builds its models that way (QKVParallelLinear); a Hugging Face model i
   weights (and biases) are copied into one buffer, once, and each child's parameter becomes
   a view of its rows: no memory is added, and `state_dict` still holds each child's weight.
   Children whose weights already lie that way are not copied, so fusing again is free.
+  The first fuse moves the weights, freeing their old storage: fuse before capturing a CUDA
+  graph of the model (or compiling it with graphs), whose replays would read the old one.
 - Each child's `forward` (its own attribute, as `tuner.patch` sets) runs `F.linear` over the
   stacked weight on the first sibling's call, returns its slice, and keeps the others' for
   their calls with the same input tensor. A call with another input, or with the input

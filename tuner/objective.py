@@ -13,14 +13,21 @@ are paced by the host, so by the loop alone a cheap-to-issue tile could win whil
 runs 10-20% behind cuBLAS's; that tile then loses wherever the GPU sets the pace: under CUDA
 graphs, and in a model whose other work keeps the GPU's queue full.
 
+The library call (cuBLAS) is the incumbent: a tile replaces it only by beating it timed in
+pairs. A long GEMM's device time moves 10-15% with the GPU's power state, so two trials
+measured moments apart can order the two wrongly (benchmarks/results/vs-cublas/
+power_state-h100.md); the final re-times the library beside the leaders where its trial came
+within LIBRARY_REACH (`final_field`), and keeps it on a tie (`final_winner`).
+
 Which measured config wins is decided here once, over measured records of any kind (stored
 trials or TrialResults: a `status` and the two figures), for the study's final re-timing
 (tuner.search.study), online tuning (tuner.execution.in_process) and the export's
-choice under the other launch mode (tuner.export.picks): `ranked` and `finalists`.
+choice under the other launch mode (tuner.export.picks): `ranked`, `final_field`,
+`contested` and `final_winner`.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tuner.statuses import TrialStatus
@@ -35,6 +42,9 @@ FIGURES = {EAGER: "loop_ms", GRAPH: "p50_ms"}
 DEVICE_SLACK = 0.05
 # How many of the fastest configs are re-timed side by side before the winner is chosen.
 FINALISTS = 3
+# How far behind the fastest kernel the library call's trial may fall and still meet the
+# leaders in the final: about the swing of a long GEMM's device time with the power state.
+LIBRARY_REACH = 0.15
 # Eager calls within this fraction of the fastest are one call time: a host-bound call's loop
 # time is the host's, and host time per call swings by this much and more between loops of the
 # same code.
@@ -132,13 +142,15 @@ def ranked(measured: Iterable, launch: str) -> list:
 BETWEEN_TRIALS = {EAGER: CALL_NOISE, GRAPH: DEVICE_SLACK}
 
 
-def contested(finalists: list, launch: str) -> bool:
-    """Whether a side-by-side re-timing of `finalists` (as `finalists` gives them) can change
-    the winner: another finalist's call is within BETWEEN_TRIALS of the fastest one's. Further
-    apart, the order the trials measured stands, and a re-timing would cost each a device
-    measure for nothing (a warm start's winner and cuBLAS, most often)."""
-    times = sorted(call_ms(m, launch) for m in finalists)
-    return len(times) > 1 and times[1] <= times[0] * (1 + BETWEEN_TRIALS[launch])
+def contested(field: list, launch: str, is_library: Callable[[object], bool]) -> bool:
+    """Whether a side-by-side re-timing of a final field (as `final_field` gives it) can change
+    the winner: another record's call is within BETWEEN_TRIALS of the fastest one's, or a
+    tile leads the library call that came within reach (only pairs settle that). Otherwise
+    the order the trials measured stands, and a re-timing would cost each a device measure
+    for nothing (a warm start's winner far ahead of cuBLAS, most often)."""
+    times = sorted(call_ms(m, launch) for m in field)
+    close = len(times) > 1 and times[1] <= times[0] * (1 + BETWEEN_TRIALS[launch])
+    return close or any(is_library(m) for m in field[1:])
 
 
 def finalists(measured: Iterable, launch: str, top: int = FINALISTS) -> list:
@@ -156,3 +168,42 @@ def finalists(measured: Iterable, launch: str, top: int = FINALISTS) -> list:
                        key=lambda m: m.p50_ms)[:top]
     taken = {id(m) for m in same_call}
     return same_call + [m for m in by_call if id(m) not in taken][:top - len(same_call)]
+
+
+def final_field(measured: Iterable, launch: str, is_library: Callable[[object], bool]) -> list:
+    """The records a final re-timing compares: the finalists, then the library call's record
+    where they lack it and its kernel came within LIBRARY_REACH of the leader's (it may have
+    been timed in a hotter power state than the tile that beat it); a library record further
+    behind is dropped from the field, as nothing a re-timing shows could make it win."""
+    measured = list(measured)
+    field = finalists(measured, launch)
+    if not field:
+        return field
+    reach = field[0].p50_ms * (1 + LIBRARY_REACH)
+    incumbent = [m for m in measured if is_library(m) and call_time(m, GRAPH) is not None
+                 and m.p50_ms <= reach]
+    tiles = [m for m in field if not is_library(m)]
+    return field if field[0] in incumbent else tiles + incumbent[:1]
+
+
+def final_winner(field: Sequence, kernels: Sequence, calls: Sequence, launch: str,
+                 is_library: Callable[[object], bool],
+                 cost: Callable[[object], tuple]) -> tuple[int, list[int]]:
+    """The winner of a final field re-timed side by side, as an index, and the indices of
+    those whose calls tie with the fastest call. `kernels` are the re-timed device times,
+    `calls` the launch mode's figure (the same timings for graph), both as `is_tie` reads them.
+
+    For eager, only kernels within DEVICE_SLACK of the fastest re-timed kernel may win (as
+    `eligible` on trials). Among the tied calls, those whose kernels tie with the fastest
+    kernel among them are one: the library call if it is one of them, else the one of least
+    `cost` (fewer resources)."""
+    allowed = range(len(field))
+    if launch == EAGER:
+        fastest = min(kernels, key=lambda k: k.p50_ms)
+        allowed = [i for i in allowed if within(kernels[i], fastest, DEVICE_SLACK)]
+    quickest = min(allowed, key=lambda i: calls[i].p50_ms)
+    tied = [i for i in allowed if is_tie(calls[quickest], calls[i])]
+    leader = min(tied, key=lambda i: kernels[i].p50_ms)
+    same = [i for i in tied if is_tie(kernels[leader], kernels[i])]
+    library = [i for i in same if is_library(field[i])]
+    return (library[0] if library else min(same, key=lambda i: (cost(field[i]), i))), tied

@@ -17,7 +17,8 @@ from typing import NamedTuple
 from tuner.execution.backends import Backend, gpu_backend, interpreter_backend
 from tuner.execution.measure import ShapeBench
 from tuner.execution.workers import is_sticky_cuda_error
-from tuner.objective import call_ms, finalists
+from tuner.kernels import KERNELS
+from tuner.objective import GRAPH, call_ms, contested, final_field, final_winner
 from tuner.shapes import Shape
 
 
@@ -51,8 +52,9 @@ def fastest(backend: Backend, op: str, shape: Shape, candidates: list[dict], lau
     with a `deadline` (a time.perf_counter() value) a candidate is started only before it (the
     first always), so the caller's best-first order decides what a short budget times. A
     candidate that raises only loses (a sticky CUDA error is re-raised: the context is gone).
-    The finalists by the one winner rule (tuner.objective.finalists) are re-timed side by
-    side where time remains, so that their order carries no drift.
+    The final field by the one winner rule (tuner.objective.final_field) is re-timed side by
+    side where time remains and its trials leave the winner open, so that their order
+    carries no drift; on a tie the library call, else the earlier candidate, wins.
     """
     def time_left() -> bool:
         return deadline is None or time.perf_counter() < deadline
@@ -71,12 +73,19 @@ def fastest(backend: Backend, op: str, shape: Shape, candidates: list[dict], lau
             continue
         measured.append((config, result))
     config_of = {id(result): config for config, result in measured}
-    chosen = finalists([result for _, result in measured], launch)
-    if not chosen:
+    order = {id(result): i for i, (_, result) in enumerate(measured)}
+
+    def is_library(result) -> bool:
+        return config_of[id(result)]["variant"] in KERNELS[op].library_variants
+
+    field = final_field([result for _, result in measured], launch, is_library)
+    if not field:
         return Fastest(None, None, timed)
-    configs = [config_of[id(result)] for result in chosen]
-    if len(chosen) == 1 or not time_left():
-        return Fastest(configs[0], call_ms(chosen[0], launch), timed)
-    timings = bench.retime(op, configs, launch)
-    best = min(range(len(configs)), key=lambda i: (timings[i].p50_ms, i))
-    return Fastest(configs[best], timings[best].p50_ms, timed)
+    configs = [config_of[id(result)] for result in field]
+    if not contested(field, launch, is_library) or not time_left():
+        return Fastest(configs[0], call_ms(field[0], launch), timed)
+    kernels = bench.retime(op, configs, GRAPH)
+    calls = kernels if launch == GRAPH else bench.retime(op, configs, launch)
+    best, _ = final_winner(field, kernels, calls, launch, is_library,
+                           lambda result: (order[id(result)],))
+    return Fastest(configs[best], calls[best].p50_ms, timed)

@@ -145,16 +145,13 @@ def export_launch(requested: str | None, winners: list[Winner]) -> str:
 def exported_trial(winner: Winner, launch: str) -> Trial | None:
     """The trial to ship for a winner's key under `launch`: the stored winner where its study
     optimised that mode (its final side-by-side re-timing chose it, which no single trial's
-    figure beats for accuracy) and the mode may choose it (objective.eligible: a study stored
-    before that rule may hold one it may not), else the study's correct trial fastest by the
-    mode's figure among those it may choose (objective.ranked); None where no trial has that
-    figure (stored before it was measured)."""
-    same_mode = (winner.study.launch or GRAPH) == launch
-    if same_mode and launch == GRAPH:  # graph may choose any trial
+    figure overrules: cuBLAS may win it from behind, its trial timed in a hotter power
+    state), else the study's correct trial fastest by the mode's figure among those it may
+    choose (objective.ranked); None where no trial has that figure (stored before it was
+    measured)."""
+    if (winner.study.launch or GRAPH) == launch:
         return winner.trial
     measured = ranked(winner.study.trials, launch)
-    if same_mode and winner.trial.id in {t.id for t in measured}:
-        return winner.trial
     return measured[0] if measured else None
 
 

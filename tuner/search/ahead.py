@@ -15,7 +15,6 @@ from concurrent.futures import Future
 from tuner.execution.executor import Executor
 from tuner.kernels.calls import meta_gemm
 from tuner.search.planning import KeyPlan
-from tuner.search.warmstart import library_variants
 from tuner.space import SearchSpace, config_signature
 
 # How many of a study's first configs are compiled ahead: what a warm study measures (its
@@ -42,7 +41,7 @@ class CompilesAhead:
         if self.executor.options.backend != "gpu":
             return
         gemm = meta_gemm(plan.shape)
-        study_space, library = space.for_call(gemm), library_variants(kernel)
+        study_space, library = space.for_call(gemm), kernel.library_variants
         with self._lock:
             started = self._started.setdefault(plan.label, set())
             for config in configs:

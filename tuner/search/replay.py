@@ -44,7 +44,7 @@ from tuner.search.budget import (
 from tuner.search.samplers import make_sampler
 from tuner.search.stopping import descent_order, descent_start, search_stop
 from tuner.search.study import ASKS_PER_TRIAL
-from tuner.search.warmstart import library_configs, library_variants, merged, model_bound
+from tuner.search.warmstart import library_configs, merged, model_bound
 from tuner.shapes import Shape, checked_shape
 from tuner.space import SearchSpace, config_signature, parse_space
 from tuner.statuses import TrialStatus
@@ -315,7 +315,7 @@ def _polish(recording: ShapeRecording, seen: Noise, polish: int,
     """The polish steps of a study (tuner.search.study): rounds of the unmeasured neighbours
     of the config the descent starts from (as seen), in the descent's order, while it moves
     and steps are left."""
-    library = library_variants(KERNELS[recording.kernel])
+    library = KERNELS[recording.kernel].library_variants
     done = 0
     while done < polish:
         by_time = sorted(((dict(s), 1.0 / v) for s, v in seen.tflops.items() if v > 0),
@@ -388,7 +388,7 @@ def with_library(recording: ShapeRecording, ratio: float) -> ShapeRecording:
     (ratio > 1) or loses, for recordings taken without it."""
     kernel = KERNELS[recording.kernel]
     space, tflops = recording.space, dict(recording.tflops)
-    for name in sorted(library_variants(kernel) - set(space.variant_params)):
+    for name in sorted(kernel.library_variants - set(space.variant_params)):
         space = replace(space, params={**space.params,
                                        "variant": (*space.params["variant"], name)},
                         variant_params={**space.variant_params, name: ("variant", "pad")})

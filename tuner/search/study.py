@@ -49,8 +49,8 @@ from tuner.objective import (
     call_tflops,
     call_time,
     contested,
-    finalists,
-    is_tie,
+    final_field,
+    final_winner,
     ranked,
 )
 from tuner.search.budget import StudyBudget
@@ -82,7 +82,6 @@ from tuner.search.stopping import (
     descent_start,
     search_stop,
 )
-from tuner.search.warmstart import library_variants
 from tuner.shapes import Shape
 from tuner.space import SearchSpace, config_signature
 from tuner.statuses import TrialStatus
@@ -348,7 +347,7 @@ class StudyRunner:
                 or self.ended_by is not None and self.ended_by.rule == WARM_CONFIRMED):
             return False
         start = descent_start([(t.params, call_ms(t, self.budget.launch)) for t in by_call],
-                              library_variants(self.kernel))
+                              self.kernel.library_variants)
         steps = [c for c in self.space.neighbours(start)
                  if config_signature(c) not in self.stored
                  and params_key(c) not in known_failures
@@ -366,7 +365,7 @@ class StudyRunner:
         if self.budget.launch != EAGER:
             return None
         leader = next(iter(ranked(self.stored.values(), EAGER)), None)
-        if (leader is None or leader.params["variant"] not in library_variants(self.kernel)
+        if (leader is None or leader.params["variant"] not in self.kernel.library_variants
                 or leader.loop_ms < HOST_PACED * leader.p50_ms):
             return None
         return leader
@@ -375,7 +374,7 @@ class StudyRunner:
         """How far behind the fastest kernel a config's short measure may fall and still be
         measured in full (tuner.search.screening): further for a tile under a library call
         the host paces."""
-        tile = config["variant"] not in library_variants(self.kernel)
+        tile = config["variant"] not in self.kernel.library_variants
         return HOST_PACED_REACH if tile and self._host_paced_library() is not None else REACH
 
     def _timed_tile(self, trial: Trial) -> bool:
@@ -383,7 +382,7 @@ class StudyRunner:
         short measure's is one too)."""
         return (trial.status in (TrialStatus.OK, TrialStatus.SCREENED)
                 and trial.p50_ms is not None
-                and trial.params["variant"] not in library_variants(self.kernel))
+                and trial.params["variant"] not in self.kernel.library_variants)
 
     def _tile_kernels(self) -> list[CallTime | None] | None:
         """search_stop's `tile_kernels` under a library call the host paces, else None."""
@@ -530,7 +529,7 @@ class StudyRunner:
 
     def _library_ms(self) -> float | None:
         """The device time of the library call (cuBLAS) measured in full, if the study did."""
-        library = library_variants(self.kernel)
+        library = self.kernel.library_variants
         return min((t.p50_ms for t in self.stored.values() if t.status == TrialStatus.OK
                     and t.params["variant"] in library and t.p50_ms is not None), default=None)
 
@@ -554,23 +553,29 @@ class StudyRunner:
         return f"{why}; then {self.polished} polish steps" if self.polished else str(why)
 
     def _final(self) -> StudyOutcome:
-        """Re-time the top configs interleaved where their trials leave the winner open
-        (tuner.objective.contested), by the launch mode's own measure (for eager, back-to-back
-        calls again, not device time: a config's host path is part of what won it its
-        place); among ties, prefer (eager) the faster kernel, then fewer resources."""
-        launch = self.budget.launch
-        ok = finalists(self.stored.values(), launch)  # the study's best so far leads
-        if not contested(ok, launch):
-            return StudyOutcome(ok[0] if ok else None)
+        """Re-time the final field (tuner.objective.final_field: the top configs, and cuBLAS
+        where a tile's lead over it is within the power state's swing) side by side where
+        their trials leave the winner open (tuner.objective.contested): device times, and
+        for eager the back-to-back calls too (a config's host path is part of what won it
+        its place); the winner by tuner.objective.final_winner, fewer resources on a tie."""
+        launch, library = self.budget.launch, self.kernel.library_variants
+
+        def is_library(trial: Trial) -> bool:
+            return trial.params["variant"] in library
+
+        field = final_field(self.stored.values(), launch, is_library)
+        if not contested(field, launch, is_library):
+            return StudyOutcome(field[0] if field else None)
+        configs = [t.params for t in field]
         with self.phases.timed(RETIME):
-            timings = self.executor.retime(self.slot, self.shape, self.record.seed,
-                                           self.kernel.name, [t.params for t in ok], launch)
-        if timings is None:
-            return StudyOutcome(ok[0])
-        ranked = sorted(zip(ok, timings), key=lambda pair: pair[1].p50_ms)
-        fastest = ranked[0][1]
-        tied = [(t, timing) for t, timing in ranked if is_tie(fastest, timing)]
-        best, final = min(tied, key=lambda pair: (
-            pair[0].p50_ms if launch == EAGER else 0.0,
-            self.kernel.smem_bytes(pair[0].params, self.meta_gemm), pair[0].compile_s or 0.0))
-        return StudyOutcome(best, final, tuple(t.id for t, _ in tied if t.id != best.id))
+            kernels = self.executor.retime(self.slot, self.shape, self.record.seed,
+                                           self.kernel.name, configs, GRAPH)
+            calls = (kernels if launch == GRAPH or kernels is None else
+                     self.executor.retime(self.slot, self.shape, self.record.seed,
+                                          self.kernel.name, configs, launch))
+        if calls is None:
+            return StudyOutcome(field[0])
+        best, tied = final_winner(field, kernels, calls, launch, is_library, lambda t: (
+            self.kernel.smem_bytes(t.params, self.meta_gemm), t.compile_s or 0.0))
+        return StudyOutcome(field[best], calls[best],
+                            tuple(field[i].id for i in tied if i != best))

@@ -60,11 +60,6 @@ def in_space(config: Mapping, space: SearchSpace) -> bool:
             and all(config[n] in space.params[n] for n in names if n != "variant"))
 
 
-def library_variants(kernel) -> frozenset[str]:
-    """The kernel's variants that call a library (cuBLAS): measured, never searched."""
-    return frozenset(v.name for v in kernel.variants if v.library_calls is not None)
-
-
 def library_configs(kernel, space: SearchSpace) -> list[dict]:
     """The one config of each library variant (no parameters of its own) the space offers."""
     return [{"variant": v.name, "pad": 0} for v in kernel.variants
@@ -151,7 +146,7 @@ def model_bound(kernel, shape: Shape, spec, picks: list[dict]) -> ModelBound | N
     space), or None where the model picked none."""
     from tuner.model.predict import predicted_or_inf
 
-    library = library_variants(kernel)
+    library = kernel.library_variants
     tiles = [c for c in picks if c["variant"] not in library]
     if not tiles:
         return None
