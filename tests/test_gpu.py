@@ -163,7 +163,8 @@ def test_gpu_run_export_then_matmul_uses_the_winner(tmp_path, monkeypatch):
 
 def test_out_of_bounds_configs_are_recorded_and_the_run_goes_on(tmp_path):
     """Crash isolation: OOB=1 configs poison their worker's CUDA context; the run completes,
-    records each as crashed with the CUDA error, and tunes the OOB=0 configs normally."""
+    records each as crashed with the CUDA error, and tunes the OOB=0 configs normally
+    (measured, or screened by their short measure)."""
     import os
     import sqlite3
     import subprocess
@@ -185,7 +186,9 @@ def test_out_of_bounds_configs_are_recorded_and_the_run_goes_on(tmp_path):
         rows = c.execute("select params, status, reason from tuner_trials").fetchall()
         failures = c.execute("select count(*) from tuner_failures").fetchone()[0]
     statuses = {(yaml.safe_load(p)["OOB"], s) for p, s, _ in rows}
-    assert statuses == {(0, "ok"), (1, "crashed")}, rows
+    # An OOB=0 config may also be screened: its short measure out of reach of the best.
+    assert {s for oob, s in statuses if oob == 1} == {"crashed"}, rows
+    assert "ok" in {s for oob, s in statuses if oob == 0} <= {"ok", "screened"}, rows
     crashed = [r for _, s, r in rows if s == "crashed"]
     assert all("illegal" in r or "cuda" in r.lower() for r in crashed), crashed
     assert failures == len(crashed)  # each remembered, so later runs skip them
