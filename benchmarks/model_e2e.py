@@ -196,6 +196,17 @@ def llama(layers: int, tiny: bool, device: str, seed: int) -> torch.nn.Module:
     return model.to(torch.bfloat16).eval()
 
 
+def bench_model(layers: int, tiny: bool, device: str, seed: int) -> torch.nn.Module:
+    """`llama`, its weights stacked as tuner.fuse lays them out before any contender is made:
+    the first fuse moves them, and a graph captured before it (stock's, Inductor's) would
+    replay on freed memory. Each fused contender's fuse then copies nothing, and the others
+    run on views of the same rows."""
+    import tuner
+    model = llama(layers, tiny, device, seed)
+    tuner.fuse(model).undo()
+    return model
+
+
 class Step:
     """One step of a case on a StaticCache of exactly prefix + tokens positions, filled with
     the prefix by `model` (seeded random tokens); each call runs the step with the forward
@@ -654,7 +665,6 @@ def record(args) -> int:
 def bench(args) -> int:
     """Time the chosen cases and contenders; merge the run into --out/results.json and write
     --out/model_e2e.md."""
-    import tuner
     from tuner.formats.table import read_table
     note = progress(time.perf_counter())
     out = Path(args.out)
@@ -672,11 +682,7 @@ def bench(args) -> int:
         check_writable(path)
     torch.set_grad_enabled(False)
     note(f"building the model ({setup['model']}) on {setup['device']}")
-    model = llama(args.layers, args.tiny, args.device, args.seed)
-    # The weights stacked as tuner.fuse lays them out, once, before any contender: the first
-    # fuse moves them, and a graph captured before (stock's, Inductor's) would read freed
-    # memory. Each fused contender's fuse then copies nothing; the others run on views.
-    tuner.fuse(model).undo()
+    model = bench_model(args.layers, args.tiny, args.device, args.seed)
     note("fp32 reference logits")
     references = fp32_references(model, chosen, args.seed, args.device)
     run = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -28,9 +28,9 @@ from model_e2e import (
     Step,
     add_model_arguments,
     all_cases,
+    bench_model,
     check_transformers,
     contender,
-    llama,
     model_description,
     selected,
     versions,
@@ -126,7 +126,7 @@ def run(args) -> int:
     check_writable(out)
     os.environ["TUNE_CONFIG"] = args.table  # before the dispatcher's first lookup
     torch.set_grad_enabled(False)
-    model = llama(args.layers, False, "cuda", args.seed)
+    model = bench_model(args.layers, False, "cuda", args.seed)
     ours = our_kernel_names()
     cases = all_cases(args.prefix, tiny=False)
     lines = [f"# Where a graphed step goes, kernel by kernel — {torch.cuda.get_device_name()}",
