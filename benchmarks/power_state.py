@@ -20,10 +20,13 @@ import json
 import statistics
 import sys
 import time
+from datetime import date
 
 import torch
+from _tune_runs import device_line
 
-from tuner.execution.measure import timing_sets
+from tuner.dtypes import DTYPES
+from tuner.execution.measure import reference, relative_error, timing_sets
 from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
 from tuner.shapes import Shape
@@ -45,6 +48,14 @@ def graph_of(config: dict, sets: list, launches: int) -> torch.cuda.CUDAGraph:
         for i in range(launches):
             mm.launch(sets[i % len(sets)], config)
     return graph
+
+
+def error_of(config: dict, gemm) -> float:
+    """The config's relative error on one input set against the float64 product."""
+    gemm.out.fill_(float("nan"))  # anything left unwritten fails
+    KERNELS["mm"].launch(gemm, config)
+    torch.cuda.synchronize()
+    return relative_error(gemm.out, reference(gemm))
 
 
 def rounds(graphs: dict[str, torch.cuda.CUDAGraph], count: int, gap_s: float,
@@ -92,15 +103,21 @@ def main(argv: list[str] | None = None) -> int:
         print("power_state: needs a CUDA GPU", file=sys.stderr)
         return 1
     label = config_label(args.config)
-    print(f"# Power state and GEMM time — {torch.cuda.get_device_name()}\n\n"
+    print(f"# Power state and GEMM time — {device_line()}, {date.today()}\n\n"
           f"cuBLAS against `{label}`; {args.rounds} rounds of a graph of {args.launches} "
           f"launches each, alternating; µs per launch as median (p10-p90); the ratio is "
-          f"cuBLAS / config per round, its median (< 1: cuBLAS faster). "
+          f"cuBLAS / config per round, its median (< 1: cuBLAS faster); the error is each one's "
+          f"relative error against the float64 product on the first input set. "
           f"`benchmarks/power_state.py`.\n")
-    print("| shape | before each replay | cuBLAS µs | config µs | cuBLAS / config |")
-    print("|---|---|---|---|---|")
+    print("| shape | before each replay | cuBLAS µs | config µs | cuBLAS / config | "
+          "error cuBLAS / config |")
+    print("|---|---|---|---|---|---|")
+    wrong = []
     for shape in (parse_shape(s) for s in args.shapes.split(",")):
         sets = timing_sets(shape, "cuda", 0)
+        errors = [error_of(config, sets[0]) for config in (CUBLAS, args.config)]
+        if not max(errors) <= DTYPES[shape.dtype].tolerance:
+            wrong.append(f"{shape}: relative errors {errors[0]:.2g} / {errors[1]:.2g}")
         graphs = {"cublas": graph_of(CUBLAS, sets, args.launches),
                   "config": graph_of(args.config, sets, args.launches)}
         for gap_s, state in ((0.0, "nothing (back to back)"),
@@ -108,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
             taken = rounds(graphs, args.rounds, gap_s, args.launches)
             ratio = statistics.median(c / t for c, t in zip(taken["cublas"], taken["config"]))
             print(f"| {shape.M}x{shape.N}x{shape.K} | {state} | {spread(taken['cublas'])} | "
-                  f"{spread(taken['config'])} | {ratio:.3f} |", flush=True)
-    return 0
+                  f"{spread(taken['config'])} | {ratio:.3f} | "
+                  f"{errors[0]:.1e} / {errors[1]:.1e} |", flush=True)
+    for line in wrong:
+        print(f"power_state: wrong output at {line}", file=sys.stderr)
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from tuner.bucketing.strategies import (
     STRATEGIES,
     BucketingError,
     bucket_key,
+    lowest_member,
     register_strategy,
     strategy_function,
 )
@@ -76,6 +77,21 @@ def test_strategies_are_idempotent_and_monotone(name, a, b):
     assert f(f(a)) == f(a)
     low, high = sorted((a, b))
     assert f(low) <= f(high)
+
+
+@given(st.sampled_from(BUILTIN_STRATEGIES) | BREAKPOINTS.map(buckets_name),
+       st.integers(min_value=1, max_value=1 << 40))
+def test_the_lowest_member_is_the_first_value_of_the_bucket(name, value):
+    f, low = strategy_function(name), lowest_member(value, name)
+    assert 1 <= low <= value and f(low) == f(value)
+    assert low == 1 or f(low - 1) < f(value)
+
+
+def test_lowest_member_examples():
+    assert lowest_member(128, "align32") == 97 and lowest_member(100, "align32") == 97
+    assert lowest_member(32, "align32") == 17 and lowest_member(2, "align32") == 2
+    assert lowest_member(2048, "log") == 1025 and lowest_member(300, "default") == 300
+    assert lowest_member(4, "buckets:[4,64]") == 1 and lowest_member(5000, "buckets:[4]") == 5000
 
 
 def test_builtin_strategies_run_finest_to_coarsest():

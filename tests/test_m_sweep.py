@@ -1,11 +1,15 @@
 """`tune run --m`: serving's varying M, each (N, K, dtype, layout) of the shapes file swept."""
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from tuner.cli import main
+from tuner.kernels import kernel_for, kernel_variants
+from tuner.search.planning import plan_studies
 from tuner.shapes import Shape, parse_m_values, swept_m
+from tuner.space import builtin_spaces
 
 
 @pytest.mark.parametrize("text, values", [
@@ -71,3 +75,19 @@ def test_tune_run_refuses_bad_m_in_one_line(shapes_file):
     assert result.exit_code == 2
     assert "Invalid value for '--m': expected integers and ranges like 1,2,4 or 1-4096" in \
         result.output
+
+
+def test_each_study_knows_its_buckets_fewest_rows_that_its_kernel_computes():
+    """The built-in mm space buckets M by align32: M = 128 answers 97-128, M = 32 answers
+    17-32, M = 2 only itself; a `buckets:[4]` space's 1-4 answers mm calls from M = 2 (one
+    row is gemv's)."""
+    spaces = builtin_spaces(kernel_variants())
+    assert spaces["mm"].strategy["M"] == "align32"
+    shapes = [Shape(m, 4096, 4096, "bf16", "nt") for m in (2, 32, 128)]
+    lows = {p.shape.M: p.low_end for p in plan_studies(shapes, spaces, kernel_for)}
+    assert lows == {2: None, 32: Shape(17, 4096, 4096, "bf16", "nt"),
+                    128: Shape(97, 4096, 4096, "bf16", "nt")}
+    coarse = {**spaces, "mm": dataclasses.replace(
+        spaces["mm"], strategy={**spaces["mm"].strategy, "M": "buckets:[4]"})}
+    (plan,) = plan_studies([Shape(4, 4096, 4096, "bf16", "nt")], coarse, kernel_for)
+    assert plan.low_end == Shape(2, 4096, 4096, "bf16", "nt")

@@ -1,6 +1,7 @@
 """Which measured config wins (tuner.objective: ranked, finalists, final_field and
 final_winner): the one rule the study's final re-timing, the runtime's online tuning and the
-export's other-mode pick share."""
+export's other-mode pick share; and whether a tile holds its bucket's fewest rows
+(keeps_bucket)."""
 from types import SimpleNamespace
 
 from tuner.objective import (
@@ -11,6 +12,7 @@ from tuner.objective import (
     final_field,
     final_winner,
     finalists,
+    keeps_bucket,
     ranked,
 )
 
@@ -114,3 +116,12 @@ def test_the_eager_final_weighs_calls_then_kernels_re_timed_not_the_trials():
     calls = [timing(0.015), timing(0.020), timing(0.020)]
     kernels = [timing(0.010 * (1 + DEVICE_SLACK * 2)), timing(0.010), timing(0.010)]
     assert final_winner(field, kernels, calls, EAGER, is_cublas, by_cost) == (2, [1, 2])
+
+
+def test_a_tile_keeps_its_bucket_unless_its_fewest_rows_lose_more_than_its_top_gains():
+    top = (timing(0.950), timing(1.000))  # (tile, library): the tile 5% ahead
+    assert keeps_bucket(top, (timing(0.500), timing(0.600)))  # ahead there too
+    assert keeps_bucket(top, (timing(0.500), timing(0.497)))  # a tie
+    assert keeps_bucket(top, (timing(0.500), timing(0.480)))  # loses 4.2%, gains 5.3%
+    assert not keeps_bucket(top, (timing(0.500), timing(0.470)))  # loses 6.4%
+    assert not keeps_bucket(top, (timing(0.500), timing(0.430)))  # M=100 of Llama's sweep

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.factories import H100
-from tests.test_search import SPACE, ScriptedExecutor, loop_ms, speed
+from tests.test_search import SHAPE, SPACE, ScriptedExecutor, loop_ms, speed
 from tuner.db.optuna_storage import optuna_storage
 from tuner.db.session import session_factory
 from tuner.db.store import Store
@@ -213,6 +213,63 @@ def test_a_tile_must_beat_cublas_side_by_side_to_replace_it(world, launch):
     assert CUBLAS in executor.retimed[0] and best in executor.retimed[0]
     assert outcome.best.params == CUBLAS
     assert outcome.final.p50_ms == pytest.approx(executor.paired_ms)
+
+
+class FewRowsExecutor(CublasExecutor):
+    """A bucket's two ends: at SHAPE, cuBLAS `lead` times the best tile's time (by the launch
+    mode's figure and on the device alike); at fewer rows, each tile as at SHAPE (it runs
+    the same row tiles) and cuBLAS `low_lead` times the best tile's. `retimed_at` lists
+    the M of each re-timing."""
+
+    def __init__(self, best_ms: float, lead: float, low_lead: float):
+        super().__init__(cublas_ms=best_ms * lead)
+        self.low_ms, self.retimed_at = best_ms * low_lead, []
+
+    def retime(self, slot, shape, seed, kernel_name, configs, launch):
+        self.retimed_at.append(shape.M)
+        self.retimed.append(configs)
+        cublas = self.cublas_ms if shape.M == SHAPE.M else self.low_ms
+        ms = [cublas if c["variant"] == "cublas"
+              else tile_ms(c) if launch == GRAPH else loop_ms(c) for c in configs]
+        return [Timing(m * 0.99, m, m * 1.01, 30, "x") for m in ms]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launch", [GRAPH, EAGER])
+@pytest.mark.parametrize(("low_lead", "tile_keeps"), [(0.85, False), (0.97, True), (1.2, True)])
+def test_a_tile_keeps_a_bucket_only_if_its_fewest_rows_lose_less_than_its_top_gains(
+        world, launch, low_lead, tile_keeps):
+    """The best tile leads cuBLAS by 5% at SHAPE's 256 rows; at the bucket's 225 rows the
+    tile runs the same row tiles while cuBLAS gets faster: 15% ahead of the tile, cuBLAS
+    keeps the key; 3% ahead, or behind, the tile keeps it. Both are re-timed in pairs at
+    both ends, by each figure the launch mode chooses by."""
+    figure = tile_ms if launch == GRAPH else loop_ms
+    best = min((c for c in TILES if not (c["BLOCK_M"] == 128 and c["num_stages"] == 3)
+                and not (c["BLOCK_M"] == 32 and c["BLOCK_N"] == 128)), key=figure)
+    executor = FewRowsExecutor(figure(best), 1.05, low_lead)
+    runner, record = world.runner(executor, trials=WITH_CUBLAS.size, space=WITH_CUBLAS,
+                                  warm_start=[CUBLAS], launch=launch,
+                                  low_end=replace(SHAPE, M=225))
+    outcome = runner.run()
+    assert executor.retimed_at.count(225) == (1 if launch == GRAPH else 2)
+    assert executor.retimed[-1][1] == CUBLAS
+    assert (outcome.best.params != CUBLAS) == tile_keeps
+    assert ("the library kept" in outcome.ended_by) != tile_keeps
+    if not tile_keeps:
+        assert outcome.final.p50_ms == pytest.approx(executor.cublas_ms)
+        assert "1.18x its device time at M=225" in outcome.ended_by
+
+
+@pytest.mark.slow
+def test_without_a_low_end_or_a_library_trial_nothing_is_timed_at_other_rows(world):
+    executor = FewRowsExecutor(tile_ms(TILES[0]), 1.05, 0.5)
+    runner, _ = world.runner(executor, trials=WITH_CUBLAS.size, space=WITH_CUBLAS,
+                             warm_start=[CUBLAS])
+    assert runner.run().best.params != CUBLAS and set(executor.retimed_at) == {SHAPE.M}
+    lone = FewRowsExecutor(tile_ms(TILES[0]), 1.05, 0.5)
+    runner, _ = world.runner(lone, trials=SPACE.size, low_end=replace(SHAPE, M=225))
+    runner.run()
+    assert set(lone.retimed_at) == {SHAPE.M}
 
 
 WIDE = parse_space({"kernel": "mm", "params": {

@@ -23,7 +23,8 @@ Which measured config wins is decided here once, over measured records of any ki
 trials or TrialResults: a `status` and the two figures), for the study's final re-timing
 (tuner.search.study), online tuning (tuner.execution.in_process) and the export's
 choice under the other launch mode (tuner.export.picks): `ranked`, `final_field`,
-`contested` and `final_winner`.
+`contested` and `final_winner`; and whether a tile that won a key answers its whole bucket
+better than the library call (`keeps_bucket`).
 """
 from __future__ import annotations
 
@@ -207,3 +208,16 @@ def final_winner(field: Sequence, kernels: Sequence, calls: Sequence, launch: st
     same = [i for i in tied if is_tie(kernels[leader], kernels[i])]
     library = [i for i in same if is_library(field[i])]
     return (library[0] if library else min(same, key=lambda i: (cost(field[i]), i))), tied
+
+
+def keeps_bucket(top: tuple[CallTime, CallTime], low: tuple[CallTime, CallTime]) -> bool:
+    """Whether a tile that won a key over the library call keeps it, from the two timed side
+    by side, (tile, library), at the bucket's representative (`top`) and at its fewest rows
+    (`low`): where the tile ties or leads there too, or what it loses there is no more than
+    what it gains at the representative (the smaller worst regret of the two over the
+    bucket). A tile pays for its row tiles whether they are full or not, while the library
+    picks a smaller tile for fewer rows."""
+    (tile_top, library_top), (tile_low, library_low) = top, low
+    if tile_low.p50_ms <= library_low.p50_ms or is_tie(tile_low, library_low):
+        return True
+    return tile_low.p50_ms / library_low.p50_ms <= library_top.p50_ms / tile_top.p50_ms

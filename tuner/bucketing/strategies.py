@@ -163,6 +163,21 @@ def strategy_function(name: str) -> Strategy:
     return _REGISTERED[name]
 
 
+def lowest_member(value: int, name: str) -> int:
+    """The smallest positive value that strategy `name` puts in `value`'s bucket: the other
+    end of the range a config tuned at `value` answers. A binary search, which the contract
+    (monotone non-decreasing) makes exact."""
+    bucket = strategy_function(name)
+    target, low, high = bucket(value), 1, value
+    while low < high:
+        middle = (low + high) // 2
+        if bucket(middle) < target:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
 def bucket_key(key: Mapping[str, object], strategy: Mapping[str, str]) -> tuple:
     """The bucketed key, as a tuple in KEY_FIELDS order, for a raw key and a strategy per field."""
     return tuple(strategy_function(strategy[f])(key[f]) for f in KEY_FIELDS)

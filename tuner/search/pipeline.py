@@ -272,7 +272,7 @@ class TuneJob:
                     KERNELS[plan.kernel], space, plan.shape, self.budget,
                     warm_start=start.configs, bound=start.bound,
                     confirmation=start.confirmation, search_on=start.search_on,
-                    run_deadline=self.deadline,
+                    run_deadline=self.deadline, low_end=plan.low_end,
                     on_trial=lambda done, result: self.reporter.trial_done(plan, done, result),
                     keep_going=lambda: not self.stop.is_set(), phases=phases)
             self.reporter.key_started(plan, runner.budget.trials)  # exhaustive: all feasible

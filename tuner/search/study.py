@@ -16,7 +16,10 @@ reach of it), one parameter a step (its runnable neighbours not yet measured, th
 fastest first, round after round while the best moves): TPE spreads its trials over the
 whole space, and the best config's GROUP_M or BLOCK_K one value away can be faster still.
 At the end the top configs, where their trials left them within the noise between trials of
-each other, are re-timed side by side, and the winner is the best of that re-timing.
+each other, are re-timed side by side, and the winner is the best of that re-timing. A tile
+that wins over cuBLAS is then timed beside it at the bucket's fewest rows as well, since the
+key answers them too, and keeps the key only if it does not lose more there than it gains at
+the representative (tuner.objective.keeps_bucket).
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -51,6 +54,7 @@ from tuner.objective import (
     contested,
     final_field,
     final_winner,
+    keeps_bucket,
     ranked,
 )
 from tuner.search.budget import StudyBudget
@@ -140,14 +144,15 @@ class StudyRunner:
                  warm_start: Sequence[dict] = (), bound: ModelBound | None = None,
                  confirmation: WarmConfirmation | None = None,
                  search_on: Callable[[], tuple[list[dict], ModelBound | None]] | None = None,
-                 run_deadline: float | None = None,
+                 run_deadline: float | None = None, low_end: Shape | None = None,
                  on_trial: Callable[[int, TrialResult], None] = lambda done, result: None,
                  keep_going: Callable[[], bool] = lambda: True, phases: Phases | None = None):
         """Where it stores and measures, what it searches and its knobs; by name, the configs
         it tries first, the model's bound on the rest (with budget.early_stop), the test by
         which its warm start (near keys' winners) ends it once measured, with
         budget.early_stop, and the configs and bound it searches on with where that fails
-        (tuner.search.stopping), the run's deadline (time.monotonic()), its hooks:
+        (tuner.search.stopping), the run's deadline (time.monotonic()), the shape at the
+        fewest rows of its bucket (tuner.search.planning.KeyPlan.low_end), its hooks:
         `on_trial(trials stored, result)` after each trial, and `keep_going()`, asked
         between steps (False: stop, the study left open to resume), and where it files the
         seconds of its steps (tuner.search.phases)."""
@@ -156,6 +161,7 @@ class StudyRunner:
                                                      records.study)
         self.executor, self.slot, self.smem_limit = bench.executor, bench.slot, bench.smem_limit
         self.kernel, self.shape, self.budget = kernel, shape, budget
+        self.low_end = low_end
         self.on_trial, self.keep_going = on_trial, keep_going
         self.phases = Phases() if phases is None else phases
         self.run_deadline, self.deadline = run_deadline, run_deadline
@@ -494,7 +500,9 @@ class StudyRunner:
                             self._drop_in_flight(study)
         if not self.keep_going():
             return StudyOutcome(None)
-        return replace(self._final(), ended_by=self._ended_by(), library_ms=self._library_ms())
+        outcome, lost_rows = self._over_bucket(self._final())
+        return replace(outcome, ended_by=self._ended_by() + lost_rows,
+                       library_ms=self._library_ms())
 
     def _judge_warm_start(self, study: optuna.Study) -> None:
         """Once the near keys' winners are measured: confirmed, the study ends; else it
@@ -527,11 +535,17 @@ class StudyRunner:
             self.unasked.clear()  # a resumed study: its warm start was asked before
         return self.store.known_failures(self.device, self.kernel_row, self.specialization)
 
-    def _library_ms(self) -> float | None:
-        """The device time of the library call (cuBLAS) measured in full, if the study did."""
+    def _library_trial(self) -> Trial | None:
+        """The library call's (cuBLAS's) fastest trial measured in full, if the study has one."""
         library = self.kernel.library_variants
-        return min((t.p50_ms for t in self.stored.values() if t.status == TrialStatus.OK
-                    and t.params["variant"] in library and t.p50_ms is not None), default=None)
+        return min((t for t in self.stored.values() if t.status == TrialStatus.OK
+                    and t.params["variant"] in library and t.p50_ms is not None),
+                   key=lambda t: t.p50_ms, default=None)
+
+    def _library_ms(self) -> float | None:
+        """The device time of the library call measured in full, if the study did."""
+        library = self._library_trial()
+        return None if library is None else library.p50_ms
 
     def _dropping(self) -> bool:
         """Whether the configs in flight go unmeasured: past the deadline always; before
@@ -579,3 +593,29 @@ class StudyRunner:
             self.kernel.smem_bytes(t.params, self.meta_gemm), t.compile_s or 0.0))
         return StudyOutcome(field[best], calls[best],
                             tuple(field[i].id for i in tied if i != best))
+
+    def _over_bucket(self, outcome: StudyOutcome) -> tuple[StudyOutcome, str]:
+        """The final's winner, or the library call where the winner is a tile that does not
+        hold the bucket's fewest rows (tuner.objective.keeps_bucket), with what the study's
+        reason adds. The two are re-timed side by side at both ends, by device time and for
+        eager by the call as well (the figures the final chose by); a re-timing that fails
+        keeps the library call, the answer that runs at every M."""
+        best, library = outcome.best, self._library_trial()
+        if (self.low_end is None or best is None or library is None
+                or best.params["variant"] in self.kernel.library_variants):
+            return outcome, ""
+        launch, pair = self.budget.launch, [best.params, library.params]
+        with self.phases.timed(RETIME):
+            ends = {figure: [self.executor.retime(self.slot, shape, self.record.seed,
+                                                  self.kernel.name, pair, figure)
+                             for shape in (self.shape, self.low_end)]
+                    for figure in dict.fromkeys((GRAPH, launch))}
+        rows = f"M={self.low_end.M}"
+        if any(None in timings for timings in ends.values()):
+            return StudyOutcome(library), f"; the library kept: no re-timing at {rows}"
+        if all(keeps_bucket(*timings) for timings in ends.values()):
+            return outcome, ""
+        tile_low, library_low = ends[GRAPH][1]
+        return (StudyOutcome(library, ends[launch][0][1]),
+                f"; the library kept: the tile took {tile_low.p50_ms / library_low.p50_ms:.2f}x"
+                f" its device time at {rows}")
