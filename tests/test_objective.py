@@ -1,18 +1,21 @@
 """Which measured config wins (tuner.objective: ranked, finalists, final_field and
 final_winner): the one rule the study's final re-timing, the runtime's online tuning and the
 export's other-mode pick share; and whether a tile holds its bucket's fewest rows
-(keeps_bucket)."""
+(bucket_loss)."""
 from types import SimpleNamespace
+
+import pytest
 
 from tuner.objective import (
     DEVICE_SLACK,
     EAGER,
     GRAPH,
     LIBRARY_REACH,
+    Pair,
+    bucket_loss,
     final_field,
     final_winner,
     finalists,
-    keeps_bucket,
     ranked,
 )
 
@@ -118,10 +121,29 @@ def test_the_eager_final_weighs_calls_then_kernels_re_timed_not_the_trials():
     assert final_winner(field, kernels, calls, EAGER, is_cublas, by_cost) == (2, [1, 2])
 
 
+def pair(tile_kernel, library_kernel, tile_call=None, library_call=None):
+    return Pair(timing(tile_kernel), timing(library_kernel), timing(tile_call or tile_kernel),
+                timing(library_call or library_kernel))
+
+
 def test_a_tile_keeps_its_bucket_unless_its_fewest_rows_lose_more_than_its_top_gains():
-    top = (timing(0.950), timing(1.000))  # (tile, library): the tile 5% ahead
-    assert keeps_bucket(top, (timing(0.500), timing(0.600)))  # ahead there too
-    assert keeps_bucket(top, (timing(0.500), timing(0.497)))  # a tie
-    assert keeps_bucket(top, (timing(0.500), timing(0.480)))  # loses 4.2%, gains 5.3%
-    assert not keeps_bucket(top, (timing(0.500), timing(0.470)))  # loses 6.4%
-    assert not keeps_bucket(top, (timing(0.500), timing(0.430)))  # M=100 of Llama's sweep
+    top = pair(0.950, 1.000)  # the tile 5.3% ahead
+    assert bucket_loss(top, pair(0.500, 0.600), GRAPH) is None  # ahead there too
+    assert bucket_loss(top, pair(0.500, 0.497), GRAPH) is None  # a tie
+    assert bucket_loss(top, pair(0.500, 0.480), GRAPH) is None  # loses 4.2%, gains 5.3%
+    assert bucket_loss(top, pair(0.500, 0.470), GRAPH) == pytest.approx(0.500 / 0.470)
+    assert bucket_loss(top, pair(0.500, 0.430), GRAPH) == pytest.approx(1.163, abs=1e-3)
+
+
+def test_an_eager_bucket_is_read_as_the_final_reads_calls_then_kernels():
+    # Host-paced calls tie at the representative, so the kernels decide there (3.3% gain);
+    # at the fewest rows the tile's call is 2% behind, its kernel ahead: calls decide, and
+    # 2% is less than the 3.3% gained.
+    top = pair(0.0150, 0.0155, 0.0200, 0.0200)
+    assert bucket_loss(top, pair(0.0150, 0.0152, 0.0200, 0.0196), EAGER) is None
+    assert bucket_loss(top, pair(0.0150, 0.0152, 0.0200, 0.0190), EAGER) == pytest.approx(
+        0.0200 / 0.0190)
+    # A call ahead whose kernel falls past DEVICE_SLACK of the library's loses by the kernel.
+    slow_kernel = 0.0140 * (1 + 3 * DEVICE_SLACK)
+    assert bucket_loss(top, pair(slow_kernel, 0.0140, 0.0180, 0.0200), EAGER) == (
+        pytest.approx(slow_kernel / 0.0140))

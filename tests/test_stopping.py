@@ -257,7 +257,7 @@ def test_a_tile_keeps_a_bucket_only_if_its_fewest_rows_lose_less_than_its_top_ga
     assert ("the library kept" in outcome.ended_by) != tile_keeps
     if not tile_keeps:
         assert outcome.final.p50_ms == pytest.approx(executor.cublas_ms)
-        assert "1.18x its device time at M=225" in outcome.ended_by
+        assert "1.18x its time at M=225" in outcome.ended_by
 
 
 @pytest.mark.slow

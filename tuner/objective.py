@@ -24,7 +24,7 @@ trials or TrialResults: a `status` and the two figures), for the study's final r
 (tuner.search.study), online tuning (tuner.execution.in_process) and the export's
 choice under the other launch mode (tuner.export.picks): `ranked`, `final_field`,
 `contested` and `final_winner`; and whether a tile that won a key answers its whole bucket
-better than the library call (`keeps_bucket`).
+better than the library call (`bucket_loss`).
 """
 from __future__ import annotations
 
@@ -210,14 +210,37 @@ def final_winner(field: Sequence, kernels: Sequence, calls: Sequence, launch: st
     return (library[0] if library else min(same, key=lambda i: (cost(field[i]), i))), tied
 
 
-def keeps_bucket(top: tuple[CallTime, CallTime], low: tuple[CallTime, CallTime]) -> bool:
-    """Whether a tile that won a key over the library call keeps it, from the two timed side
-    by side, (tile, library), at the bucket's representative (`top`) and at its fewest rows
-    (`low`): where the tile ties or leads there too, or what it loses there is no more than
-    what it gains at the representative (the smaller worst regret of the two over the
-    bucket). A tile pays for its row tiles whether they are full or not, while the library
-    picks a smaller tile for fewer rows."""
-    (tile_top, library_top), (tile_low, library_low) = top, low
+@dataclass(frozen=True)
+class Pair:
+    """A tile and the library call re-timed side by side at one M: their kernels' device
+    times, and the launch mode's calls (the kernels again for graph)."""
+    tile_kernel: CallTime
+    library_kernel: CallTime
+    tile_call: CallTime
+    library_call: CallTime
+
+    def deciding(self, launch: str) -> tuple[CallTime, CallTime]:
+        """(tile, library) by the figure `final_winner` orders the two by: the calls, unless
+        they tie, or (eager) the tile's kernel falls past DEVICE_SLACK of the library's;
+        then the kernels."""
+        calls = (self.tile_call, self.library_call)
+        kernels = (self.tile_kernel, self.library_kernel)
+        if launch == GRAPH or is_tie(*calls):
+            return kernels
+        return calls if within(self.tile_kernel, self.library_kernel, DEVICE_SLACK) else kernels
+
+
+def bucket_loss(top: Pair, low: Pair, launch: str) -> float | None:
+    """What a tile that won a key over the library call loses to it at the bucket's fewest
+    rows (its time over the library's), where that is more than it gains at the bucket's
+    representative and the library call takes the key; None where the tile keeps it. The
+    two are timed side by side at the representative (`top`) and at the fewest rows (`low`),
+    each end read by the figure the final orders them by (Pair.deciding). Keeping the
+    smaller worst regret of the two over the bucket: a tile pays for its row tiles whether
+    they are full or not, while the library picks a smaller tile for fewer rows."""
+    tile_low, library_low = low.deciding(launch)
     if tile_low.p50_ms <= library_low.p50_ms or is_tie(tile_low, library_low):
-        return True
-    return tile_low.p50_ms / library_low.p50_ms <= library_top.p50_ms / tile_top.p50_ms
+        return None
+    tile_top, library_top = top.deciding(launch)
+    lost = tile_low.p50_ms / library_low.p50_ms
+    return None if lost <= library_top.p50_ms / tile_top.p50_ms else lost

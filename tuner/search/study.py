@@ -19,7 +19,7 @@ At the end the top configs, where their trials left them within the noise betwee
 each other, are re-timed side by side, and the winner is the best of that re-timing. A tile
 that wins over cuBLAS is then timed beside it at the bucket's fewest rows as well, since the
 key answers them too, and keeps the key only if it does not lose more there than it gains at
-the representative (tuner.objective.keeps_bucket).
+the representative (tuner.objective.bucket_loss).
 
 What "best" means is the study's launch mode (tuner.objective): the sampler is told, the
 patience counts and the top configs are ranked and re-timed by ms per back-to-back eager call
@@ -48,13 +48,14 @@ from tuner.objective import (
     EAGER,
     GRAPH,
     CallTime,
+    Pair,
+    bucket_loss,
     call_ms,
     call_tflops,
     call_time,
     contested,
     final_field,
     final_winner,
-    keeps_bucket,
     ranked,
 )
 from tuner.search.budget import StudyBudget
@@ -596,7 +597,7 @@ class StudyRunner:
 
     def _over_bucket(self, outcome: StudyOutcome) -> tuple[StudyOutcome, str]:
         """The final's winner, or the library call where the winner is a tile that does not
-        hold the bucket's fewest rows (tuner.objective.keeps_bucket), with what the study's
+        hold the bucket's fewest rows (tuner.objective.bucket_loss), with what the study's
         reason adds. The two are re-timed side by side at both ends, by device time and for
         eager by the call as well (the figures the final chose by); a re-timing that fails
         keeps the library call, the answer that runs at every M."""
@@ -604,18 +605,25 @@ class StudyRunner:
         if (self.low_end is None or best is None or library is None
                 or best.params["variant"] in self.kernel.library_variants):
             return outcome, ""
-        launch, pair = self.budget.launch, [best.params, library.params]
+        launch, configs = self.budget.launch, [best.params, library.params]
         with self.phases.timed(RETIME):
-            ends = {figure: [self.executor.retime(self.slot, shape, self.record.seed,
-                                                  self.kernel.name, pair, figure)
-                             for shape in (self.shape, self.low_end)]
-                    for figure in dict.fromkeys((GRAPH, launch))}
+            ends = [self._pair_at(shape, configs) for shape in (self.shape, self.low_end)]
         rows = f"M={self.low_end.M}"
-        if any(None in timings for timings in ends.values()):
+        if None in ends:
             return StudyOutcome(library), f"; the library kept: no re-timing at {rows}"
-        if all(keeps_bucket(*timings) for timings in ends.values()):
+        lost = bucket_loss(*ends, launch)
+        if lost is None:
             return outcome, ""
-        tile_low, library_low = ends[GRAPH][1]
-        return (StudyOutcome(library, ends[launch][0][1]),
-                f"; the library kept: the tile took {tile_low.p50_ms / library_low.p50_ms:.2f}x"
-                f" its device time at {rows}")
+        return (StudyOutcome(library, ends[0].library_call),
+                f"; the library kept: the tile took {lost:.2f}x its time at {rows}")
+
+    def _pair_at(self, shape: Shape, configs: list[dict]) -> Pair | None:
+        """The tile and the library call (`configs`) re-timed side by side at `shape`: device
+        times, and for eager the calls too; None if a re-timing failed."""
+        timed = [self.executor.retime(self.slot, shape, self.record.seed, self.kernel.name,
+                                      configs, figure)
+                 for figure in dict.fromkeys((GRAPH, self.budget.launch))]
+        if None in timed:
+            return None
+        kernels, calls = timed[0], timed[-1]
+        return Pair(kernels[0], kernels[1], calls[0], calls[1])
