@@ -56,7 +56,7 @@ from tuner.kernels.base import Gemm, Variant
 from tuner.kernels.launches import start
 from tuner.kernels.mma import TileOperands, pipeline_smem_bytes, uses_wgmma
 from tuner.kernels.tma import operand_descriptor, output_descriptor, store_tile, tile_product
-from tuner.model.tiles import WS_MMA_WARPS
+from tuner.model.tiles import FP32_BYTES, WS_MMA_WARPS
 
 INTERPRETER_PROGRAMS = 3
 FLAGS = ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")  # the 0/1 parameters
@@ -182,6 +182,23 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool,
           {**args, "NUM_SMS": programs, **tunables, **flags}, compile_only)
 
 
+# The most bytes per warp of that scratch (_split_scratch_bytes).
+SPLIT_SCRATCH_PER_WARP = 2048
+
+
+def _split_scratch_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
+    """The shared memory an IEEE fp32 tile's accumulator passes through where the flattened
+    loop splits it for a subtiled store: up to the whole fp32 tile, and at most 2 KB a warp.
+    Triton 3.6 reported it on sm_90 for every such tile of tests/data's records (2-16 KB);
+    without it a 128×128×64 tile of 4 stages and 8 warps was estimated at 230400 bytes and
+    failed to compile at 245784, over the H100's 232448. 0 on tensor cores, whose
+    underestimate stays far below the limit."""
+    if operands.tensor_cores or not (tunables["FLATTEN"] and tunables["EPILOGUE_SUBTILE"]):
+        return 0
+    return min(tunables["BLOCK_M"] * tunables["BLOCK_N"] * FP32_BYTES,
+               tunables["num_warps"] * SPLIT_SCRATCH_PER_WARP)
+
+
 def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
     """The pipeline's buffers plus the staged output, which cannot reuse them here: the next
     tile's loads are in flight while a tile is stored. A warp-specialized wgmma loop over
@@ -192,14 +209,16 @@ def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
     warp-specialized 128×256×64 (147456 + 65536 + barriers). Against Triton's figures
     (benchmarks/constraint_accuracy.py) it refuses a few configs that fit and accepts none
     that do not; it underestimates small FLATTEN + EPILOGUE_SUBTILE tiles by up to half, far
-    below the limit."""
+    below the limit; on the CUDA cores (IEEE fp32) that scratch is counted
+    (_split_scratch_bytes), as it can tip a tile over the limit."""
     staged = tma.staging_smem_bytes(tunables, operands.itemsize, _stored_block_n(tunables))
     double_buffered = (tunables["WARP_SPECIALIZE"] and tunables["BLOCK_M"] < 128
                        and uses_wgmma(tunables["BLOCK_M"], tunables["num_warps"],
                                       operands.tensor_cores))
     copies = 2 if double_buffered else 1
     return (pipeline_smem_bytes(tunables, operands) + copies * staged
-            + tma.BARRIER_SMEM_BYTES)
+            + _split_scratch_bytes(tunables, operands) + tma.BARRIER_SMEM_BYTES)
+
 
 
 PERSISTENT = Variant(

@@ -194,6 +194,43 @@ def test_a_tuned_config_that_cannot_run_falls_back_to_cublas(tmp_path, monkeypat
     assert dispatch.plan(dispatch.Gemm(a, b, out))[1]["variant"] == "cublas"
 
 
+def test_a_config_the_compiler_refuses_falls_back_to_cublas(tmp_path, monkeypatch, device):
+    """A fallback's config can pass the feasibility estimate and still exceed the device's
+    shared memory when Triton compiles it (OutOfResources, before anything launches): the
+    call is computed by cuBLAS instead, with one warning for the key."""
+    from triton.runtime.errors import OutOfResources
+
+    table = tmp_path / "t.yaml"
+    write_atomic(table, {"format": runtime.TABLE_FORMAT, "ops": {"mm": {
+        "strategy": dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk", "dtype"),
+                                  "default"),
+        "entries": [{"key": {"M": 32, "N": 32, "K": 32, "stride_am": 32, "stride_bk": 32,
+                             "dtype": "fp32"},
+                     "config": {"variant": "general", "pad": 0, "BLOCK_M": 16, "BLOCK_N": 16,
+                                "BLOCK_K": 16, "GROUP_M": 1, "num_stages": 2,
+                                "num_warps": 4}}]}}})
+    monkeypatch.setenv("TUNE_CONFIG", str(table))
+    prepare = launches.prepare
+
+    def refusing(kernel, config, gemm):
+        if config["variant"] != "cublas":
+            raise OutOfResources(245784, 232448, "shared memory")
+        return prepare(kernel, config, gemm)
+
+    monkeypatch.setattr(launches, "prepare", refusing)
+    a, b = torch.randn(32, 32, device=device), torch.randn(32, 32, device=device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = tuner.matmul(a, b)
+        again = tuner.matmul(a, b)
+    for result in (out, again):
+        assert relative_error(result, a.double() @ b.double()) <= DTYPES["fp32"].tolerance
+    fallbacks = [str(w.message) for w in caught if "cannot run" in str(w.message)]
+    assert len(fallbacks) == 1 and "shared memory, Required: 245784" in fallbacks[0]
+    assert fallbacks[0].endswith("using cublas")
+    assert dispatch.plan(dispatch.Gemm(a, b, out))[1]["variant"] == "cublas"
+
+
 def test_a_padded_config_runs_unpadded_on_an_aligned_bucket_mate(tmp_path, monkeypatch,
                                                                   device):
     """align32 puts 64×64×61 and 64×64×64 in one bucket; the padded config tuned for the

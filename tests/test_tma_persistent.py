@@ -268,6 +268,14 @@ def test_smem_estimates_match_what_triton_reported():
     # (reported 180232 for 128x256x32 with 2 stages: 49152 + 131072 + 8).
     assert TMA.smem_bytes({**big, "BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 2}, fp32) == \
         180224 + barriers
+    # A flattened, subtiled IEEE tile splits its accumulator through shared memory (reported
+    # 245784 for 128x128x64, 4 stages, 8 warps, nn, over the H100's 232448: 196608 + the
+    # staged half 32768 + 16384 + 24).
+    fp32_nn = meta_gemm(Shape(2048, 2048, 2048, "fp32", "nn"))
+    split = {**big, **flags, "num_stages": 4, "FLATTEN": 1, "EPILOGUE_SUBTILE": 1}
+    assert PERSISTENT.smem_bytes(split, fp32_nn) == 245760 + barriers
+    assert PERSISTENT.smem_bytes(split, meta_gemm(Shape(2048, 2048, 2048, "bf16", "nn"))) == (
+        4 * 16384 * 2 + 128 * 64 * 2 + barriers)
 
 
 # -- on the GPU machine ---------------------------------------------------------------------

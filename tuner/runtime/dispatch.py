@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 from tuner.dtypes import DTYPES, NAME_OF_TORCH_DTYPE
 from tuner.kernels import kernel_for, launches
@@ -85,14 +86,8 @@ def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
     config, reason = runnable_config(kernel, tuned, gemm)
     if reason:
         # The key cannot say everything the call does (a pointer off 16 bytes, a bucket-mate's
-        # strides): cuBLAS runs any call it can, the default config every other.
-        fallback = CUBLAS_CONFIG if (CUBLAS_CONFIG["variant"] not in _excluded and
-                                     kernel.unsupported(CUBLAS_CONFIG, gemm) is None) \
-            else DEFAULT_CONFIGS[kernel.name]
-        warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(tuned)} cannot run "
-                      f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
-                      f"({reason}); using {fallback.source}", RuntimeWarning, stacklevel=4)
-        config = fallback
+        # strides).
+        config = _instead(kernel, tuned, gemm, reason)
     if gemm.a.device.type == "cpu" and not INTERPRETED and (
             kernel.variant[config["variant"]].library_calls is None):
         raise RuntimeError(
@@ -101,6 +96,19 @@ def _decide(gemm: Gemm) -> tuple[Kernel, Mapping]:
             "set TRITON_INTERPRET=1 before importing tuner, or pass GPU tensors (a table whose "
             "answers are cublas runs on the CPU as it is)")
     return kernel, config
+
+
+def _instead(kernel: Kernel, config: Mapping, gemm: Gemm, reason: str) -> Mapping:
+    """What runs a call that `config` cannot, said once for the call key: cuBLAS where it
+    may and can, the default config otherwise."""
+    fallback = CUBLAS_CONFIG if (CUBLAS_CONFIG["variant"] not in _excluded and
+                                 kernel.unsupported(CUBLAS_CONFIG, gemm) is None) \
+        else DEFAULT_CONFIGS[kernel.name]
+    M, N, K = gemm.mnk
+    warnings.warn(f"gemm-tuner: tuned {kernel.name} config {dict(config)} cannot run "
+                  f"{M}x{N}x{K} with strides {gemm.a.stride()}, {gemm.b.stride()} "
+                  f"({reason}); using {fallback.source}", RuntimeWarning, stacklevel=5)
+    return fallback
 
 
 def _call(gemm: Gemm) -> _Call:
@@ -159,10 +167,16 @@ def _compute(gemm: Gemm) -> _Call | None:
                        else gemm.bias.expand_as(gemm.out))
         return None
     call = _call(gemm)
-    if call.prepared is None:
-        call.prepared = launches.prepare(call.kernel, call.config, gemm)
-    else:
+    if call.prepared is not None:
         call.prepared(gemm)
+        return call
+    try:
+        call.prepared = launches.prepare(call.kernel, call.config, gemm)
+    except OutOfResources as e:
+        # A fallback's config that the feasibility estimate let through and this device's
+        # compiler refuses: it launched nothing, so the call is computed the other way.
+        call.config = _instead(call.kernel, call.config, gemm, str(e))
+        call.prepared = launches.prepare(call.kernel, call.config, gemm)
     return call
 
 
