@@ -217,6 +217,21 @@ def test_a_table_entry_carries_the_fastest_other_tile_its_study_measured(store, 
     assert winner_picks(winners, GRAPH)[0].alternates == []  # no trials given: none
 
 
+def test_a_key_cublas_won_by_far_carries_its_fastest_screened_tile(store):
+    """Screening left every tile with its short device measure alone: the fastest of them is
+    still the alternate, what a deployment without cuBLAS runs for the key."""
+    cublas = {"variant": "cublas", "pad": 0}
+    screened = [TrialResult("screened", None, ms * 0.99, ms, ms * 1.01, 0.0, 1e-3, 1.5, "events")
+                for ms in (0.9, 0.6)]
+    tune_fake(store, H100, SQUARE, [(cublas, ok(0.19, 720.0)),
+                                    (config(64, 64, 32), screened[0]),
+                                    (config(128, 128, 64), screened[1])])
+    device, winners = select_device(store.winners(), None)
+    (pick,) = winner_picks(winners, GRAPH, study_trials(store, device, winners[0].kernel))
+    assert pick.config == cublas and pick.alternates == [config(128, 128, 64)]
+    assert pick.provenance["alternates_ms"] == [0.6]
+
+
 def test_expand_refuses_one_op_under_two_strategies_and_names_them():
     exact_n = SPACE.strategy | {"N": "default"}
     picks = [Pick("mm", {}, config(64, 64, 32, variant="splitk", SPLIT_K=4), SPACE.strategy, {}),

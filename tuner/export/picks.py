@@ -94,13 +94,20 @@ def _tile(config: Mapping) -> tuple:
             config.get("BLOCK_K"))
 
 
+# Trials whose device time an alternate may come from: correct, and measured in full or by
+# the short measure of screening (a study that cuBLAS won by far screens every tile, and its
+# fastest tile is still what a deployment without cuBLAS, or a neighbouring key, wants).
+ALTERNATE_STATUSES = (TrialStatus.OK, TrialStatus.SCREENED)
+
+
 def runner_up_trials(trials: Iterable[Trial], config: Mapping) -> list[Trial]:
-    """The fastest measured trial of each tile (variant and BLOCK_M/N/K) other than
-    `config`'s, fastest first, ALTERNATES_PER_SHAPE of them: what a study learnt besides its
-    winner. Another tile, not another GROUP_M or stage count, since a neighbouring size wants
-    a different tile far more often than a different pipeline depth of the same one."""
+    """The fastest correct trial of each tile (variant and BLOCK_M/N/K) other than
+    `config`'s, by device time, fastest first, ALTERNATES_PER_SHAPE of them: what a study
+    learnt besides its winner. Another tile, not another GROUP_M or stage count, since a
+    neighbouring size wants a different tile far more often than a different pipeline depth
+    of the same one."""
     taken, ups = {_tile(config)}, []
-    for trial in sorted((t for t in trials if t.status == TrialStatus.OK and t.p50_ms),
+    for trial in sorted((t for t in trials if t.status in ALTERNATE_STATUSES and t.p50_ms),
                         key=lambda t: t.p50_ms):
         if len(ups) == ALTERNATES_PER_SHAPE:
             break
