@@ -220,7 +220,6 @@ def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
             + _split_scratch_bytes(tunables, operands) + tma.BARRIER_SMEM_BYTES)
 
 
-
 PERSISTENT = Variant(
     name="persistent",
     params=(*tma.TMA.params, *FLAGS),

@@ -91,3 +91,33 @@ def test_each_study_knows_its_buckets_fewest_rows_that_its_kernel_computes():
         spaces["mm"], strategy={**spaces["mm"].strategy, "M": "buckets:[4]"})}
     (plan,) = plan_studies([Shape(4, 4096, 4096, "bf16", "nt")], coarse, kernel_for)
     assert plan.low_end == Shape(2, 4096, 4096, "bf16", "nt")
+
+
+def test_validate_tunes_each_hold_out_shape_for_its_own_rows(tmp_path, monkeypatch):
+    """`tune validate`'s fresh tunes are the references of its regrets: none of their
+    studies weighs a bucket's fewest rows, which could hand a key to cuBLAS."""
+    from tuner import runtime, tuning
+    from tuner.formats.files import write_atomic
+    from tuner.validate import validate_table
+
+    table, shapes = tmp_path / "t.yaml", tmp_path / "s.csv"
+    write_atomic(table, {"format": runtime.TABLE_FORMAT, "ops": {"mm": {
+        "strategy": dict.fromkeys(("M", "N", "K", "stride_am", "stride_bk", "dtype"), "default"),
+        "entries": [{"key": {"M": 128, "N": 4096, "K": 4096, "stride_am": 4096, "stride_bk": 1,
+                             "dtype": "bf16"}, "config": {"variant": "cublas", "pad": 0}}]}}})
+    shapes.write_text("M,N,K,dtype,layout\n128,4096,4096,bf16,nt\n100,4096,4096,bf16,nt\n")
+    planned = []
+
+    class Tuned(Exception):
+        pass
+
+    def tune_plans(db, executor, spaces, plans, *rest):
+        planned.extend(plans)
+        raise Tuned
+
+    monkeypatch.setattr(tuning, "tune_plans", tune_plans)
+    workers = SimpleNamespace(executor=lambda devices: SimpleNamespace(close=lambda: None),
+                              default_batch=4)
+    with pytest.raises(Tuned):
+        validate_table(SimpleNamespace(store=None), table, shapes, 2, 0, workers, (0,), ["tune"])
+    assert [p.shape.M for p in planned] == [128] and planned[0].low_end is None
