@@ -581,15 +581,11 @@ class StudyRunner:
         field = final_field(self.stored.values(), launch, is_library)
         if not contested(field, launch, is_library):
             return StudyOutcome(field[0] if field else None)
-        configs = [t.params for t in field]
         with self.phases.timed(RETIME):
-            kernels = self.executor.retime(self.slot, self.shape, self.record.seed,
-                                           self.kernel.name, configs, GRAPH)
-            calls = (kernels if launch == GRAPH or kernels is None else
-                     self.executor.retime(self.slot, self.shape, self.record.seed,
-                                          self.kernel.name, configs, launch))
-        if calls is None:
+            retimed = self._retimed(self.shape, [t.params for t in field])
+        if retimed is None:
             return StudyOutcome(field[0])
+        kernels, calls = retimed
         best, tied = final_winner(field, kernels, calls, launch, is_library, lambda t: (
             self.kernel.smem_bytes(t.params, self.meta_gemm), t.compile_s or 0.0))
         return StudyOutcome(field[best], calls[best],
@@ -618,12 +614,24 @@ class StudyRunner:
                 f"; the library kept: the tile took {lost:.2f}x its time at {rows}")
 
     def _pair_at(self, shape: Shape, configs: list[dict]) -> Pair | None:
-        """The tile and the library call (`configs`) re-timed side by side at `shape`: device
-        times, and for eager the calls too; None if a re-timing failed."""
-        timed = [self.executor.retime(self.slot, shape, self.record.seed, self.kernel.name,
-                                      configs, figure)
-                 for figure in dict.fromkeys((GRAPH, self.budget.launch))]
-        if None in timed:
+        """The tile and the library call (`configs`) re-timed side by side at `shape`; None if
+        a re-timing failed."""
+        retimed = self._retimed(shape, configs)
+        if retimed is None:
             return None
-        kernels, calls = timed[0], timed[-1]
+        kernels, calls = retimed
         return Pair(kernels[0], kernels[1], calls[0], calls[1])
+
+    def _retimed(self, shape: Shape, configs: list[dict]
+                 ) -> tuple[list[Timing], list[Timing]] | None:
+        """The configs re-timed side by side at `shape`: their device times, and the launch
+        mode's calls (the device times again for graph); None if a re-timing failed."""
+        def retime(figure: str) -> list[Timing] | None:
+            return self.executor.retime(self.slot, shape, self.record.seed, self.kernel.name,
+                                        configs, figure)
+
+        kernels = retime(GRAPH)
+        if kernels is None:
+            return None
+        calls = kernels if self.budget.launch == GRAPH else retime(self.budget.launch)
+        return None if calls is None else (kernels, calls)
