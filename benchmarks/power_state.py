@@ -25,8 +25,8 @@ from datetime import date
 import torch
 from _tune_runs import device_line
 
-from tuner.dtypes import DTYPES
-from tuner.execution.measure import reference, relative_error, timing_sets
+from tuner.execution.backends import gpu_backend
+from tuner.execution.measure import ShapeBench
 from tuner.kernels import KERNELS
 from tuner.kernels.base import config_label
 from tuner.shapes import Shape
@@ -48,14 +48,6 @@ def graph_of(config: dict, sets: list, launches: int) -> torch.cuda.CUDAGraph:
         for i in range(launches):
             mm.launch(sets[i % len(sets)], config)
     return graph
-
-
-def error_of(config: dict, gemm) -> float:
-    """The config's relative error on one input set against the float64 product."""
-    gemm.out.fill_(float("nan"))  # anything left unwritten fails
-    KERNELS["mm"].launch(gemm, config)
-    torch.cuda.synchronize()
-    return relative_error(gemm.out, reference(gemm))
 
 
 def rounds(graphs: dict[str, torch.cuda.CUDAGraph], count: int, gap_s: float,
@@ -107,16 +99,18 @@ def main(argv: list[str] | None = None) -> int:
           f"cuBLAS against `{label}`; {args.rounds} rounds of a graph of {args.launches} "
           f"launches each, alternating; µs per launch as median (p10-p90); the ratio is "
           f"cuBLAS / config per round, its median (< 1: cuBLAS faster); the error is each one's "
-          f"relative error against the float64 product on the first input set. "
+          f"relative error against the float64 product on the tuner's check inputs. "
           f"`benchmarks/power_state.py`.\n")
     print("| shape | before each replay | cuBLAS µs | config µs | cuBLAS / config | "
           "error cuBLAS / config |")
     print("|---|---|---|---|---|---|")
+    backend = gpu_backend(torch.cuda.current_device())
     wrong = []
     for shape in (parse_shape(s) for s in args.shapes.split(",")):
-        sets = timing_sets(shape, "cuda", 0)
-        errors = [error_of(config, sets[0]) for config in (CUBLAS, args.config)]
-        if not max(errors) <= DTYPES[shape.dtype].tolerance:
+        bench = ShapeBench(backend, shape, 0)  # the tuner's inputs and correctness check
+        sets = bench.sets
+        errors = [bench.check_error("mm", config)[0] for config in (CUBLAS, args.config)]
+        if not max(errors) <= bench.tolerance:
             wrong.append(f"{shape}: relative errors {errors[0]:.2g} / {errors[1]:.2g}")
         graphs = {"cublas": graph_of(CUBLAS, sets, args.launches),
                   "config": graph_of(args.config, sets, args.launches)}

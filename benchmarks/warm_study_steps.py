@@ -45,7 +45,7 @@ def model_tile(executor, shape) -> dict:
     info, kernel = executor.device_info(), KERNELS["mm"]
     picks = model_configs(kernel, load_spaces()["mm"], shape, device_spec(info),
                           info.smem_per_block)
-    return next(c for c in picks if c["variant"] not in kernel.library_variants)
+    return next(c for c in picks if not kernel.calls_library(c))
 
 
 def main() -> None:

@@ -212,6 +212,10 @@ class Kernel:
         """The variants that call a library (cuBLAS): measured, never searched."""
         return frozenset(v.name for v in self.variants if v.library_calls is not None)
 
+    def calls_library(self, config: Mapping) -> bool:
+        """Whether the config calls a library (cuBLAS), which launches no Triton kernel of ours."""
+        return config["variant"] in self.library_variants
+
     @cached_property
     def params(self) -> tuple[str, ...]:
         """Every parameter of any variant, in search order."""

@@ -155,17 +155,24 @@ class ShapeBench:
             return None
         return self.backend.time(launch, len(self.sets))
 
-    def run(self, kernel_name: str, config: dict, short: bool = False) -> TrialResult:
-        """Correctness on the check inputs (first launch, compiling if not cached), then
-        device time, then the cost of back-to-back calls; `short`: a short device measure
-        alone (no call loop), for a study to judge whether the full one is worth taking."""
+    def check_error(self, kernel_name: str, config: dict) -> tuple[float, float]:
+        """The config's relative error on the check inputs against the float64 reference, and
+        the seconds its launch took (compiling if not cached). Apart from `run` so that a
+        benchmark checks a config by the tuner's own rule."""
         kernel = KERNELS[kernel_name]
         check_out = self.check.out.fill_(float("nan"))  # anything left unwritten fails
         start = time.perf_counter()
         kernel.launch(self.check, config)
         self.backend.synchronize()
-        first_launch_s = time.perf_counter() - start
-        err = relative_error(check_out, self.reference)
+        launch_s = time.perf_counter() - start
+        return relative_error(check_out, self.reference), launch_s
+
+    def run(self, kernel_name: str, config: dict, short: bool = False) -> TrialResult:
+        """Correctness on the check inputs (first launch, compiling if not cached), then
+        device time, then the cost of back-to-back calls; `short`: a short device measure
+        alone (no call loop), for a study to judge whether the full one is worth taking."""
+        kernel = KERNELS[kernel_name]
+        err, first_launch_s = self.check_error(kernel_name, config)
         if not err <= self.tolerance:
             return TrialResult(TrialStatus.WRONG, f"relative error {err:.3g} > {self.tolerance:g}",
                                rel_error=err, compile_s=first_launch_s)

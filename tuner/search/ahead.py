@@ -41,14 +41,14 @@ class CompilesAhead:
         if self.executor.options.backend != "gpu":
             return
         gemm = meta_gemm(plan.shape)
-        study_space, library = space.for_call(gemm), kernel.library_variants
+        study_space = space.for_call(gemm)
         with self._lock:
             started = self._started.setdefault(plan.label, set())
             for config in configs:
                 signature = config_signature(config)
                 if self._closed or len(started) >= AHEAD_CONFIGS:
                     return
-                if (signature in started or config["variant"] in library
+                if (signature in started or kernel.calls_library(config)
                         or not study_space.holds(config)
                         or kernel.feasible(config, gemm, self.smem_limit) is not None):
                     continue

@@ -372,7 +372,7 @@ class StudyRunner:
         if self.budget.launch != EAGER:
             return None
         leader = next(iter(ranked(self.stored.values(), EAGER)), None)
-        if (leader is None or leader.params["variant"] not in self.kernel.library_variants
+        if (leader is None or not self.kernel.calls_library(leader.params)
                 or leader.loop_ms < HOST_PACED * leader.p50_ms):
             return None
         return leader
@@ -381,7 +381,7 @@ class StudyRunner:
         """How far behind the fastest kernel a config's short measure may fall and still be
         measured in full (tuner.search.screening): further for a tile under a library call
         the host paces."""
-        tile = config["variant"] not in self.kernel.library_variants
+        tile = not self.kernel.calls_library(config)
         return HOST_PACED_REACH if tile and self._host_paced_library() is not None else REACH
 
     def _timed_tile(self, trial: Trial) -> bool:
@@ -389,7 +389,7 @@ class StudyRunner:
         short measure's is one too)."""
         return (trial.status in (TrialStatus.OK, TrialStatus.SCREENED)
                 and trial.p50_ms is not None
-                and trial.params["variant"] not in self.kernel.library_variants)
+                and not self.kernel.calls_library(trial.params))
 
     def _tile_kernels(self) -> list[CallTime | None] | None:
         """search_stop's `tile_kernels` under a library call the host paces, else None."""
@@ -538,9 +538,8 @@ class StudyRunner:
 
     def _library_trial(self) -> Trial | None:
         """The library call's (cuBLAS's) fastest trial measured in full, if the study has one."""
-        library = self.kernel.library_variants
         return min((t for t in self.stored.values() if t.status == TrialStatus.OK
-                    and t.params["variant"] in library and t.p50_ms is not None),
+                    and self.kernel.calls_library(t.params) and t.p50_ms is not None),
                    key=lambda t: t.p50_ms, default=None)
 
     def _library_ms(self) -> float | None:
@@ -573,10 +572,10 @@ class StudyRunner:
         their trials leave the winner open (tuner.objective.contested): device times, and
         for eager the back-to-back calls too (a config's host path is part of what won it
         its place); the winner by tuner.objective.final_winner, fewer resources on a tie."""
-        launch, library = self.budget.launch, self.kernel.library_variants
+        launch = self.budget.launch
 
         def is_library(trial: Trial) -> bool:
-            return trial.params["variant"] in library
+            return self.kernel.calls_library(trial.params)
 
         field = final_field(self.stored.values(), launch, is_library)
         if not contested(field, launch, is_library):
@@ -599,7 +598,7 @@ class StudyRunner:
         keeps the library call, the answer that runs at every M."""
         best, library = outcome.best, self._library_trial()
         if (self.low_end is None or best is None or library is None
-                or best.params["variant"] in self.kernel.library_variants):
+                or self.kernel.calls_library(best.params)):
             return outcome, ""
         launch, configs = self.budget.launch, [best.params, library.params]
         with self.phases.timed(RETIME):

@@ -147,7 +147,7 @@ def model_bound(kernel, shape: Shape, spec, picks: list[dict]) -> ModelBound | N
     from tuner.model.predict import predicted_or_inf
 
     library = kernel.library_variants
-    tiles = [c for c in picks if c["variant"] not in library]
+    tiles = [c for c in picks if not kernel.calls_library(c)]
     if not tiles:
         return None
 
