@@ -32,9 +32,11 @@ def runs(ops: Operands, config: Mapping) -> bool:
             and uses_wgmma(config["BLOCK_M"], config["num_warps"], ops.tensor_cores))
 
 
-def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
-            spec: DeviceSpec) -> float:
+def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int], spec: DeviceSpec,
+            tile_width: Callable[[Mapping], int]) -> float:
+    """tile_width: the kernel's columns per tile (BLOCK_N and its tail's)."""
     if not runs(ops, config):
         return math.inf
-    return one_program_per_sm(ops, tile_of(config), config["GROUP_M"],
-                              bool(config["WARP_SPECIALIZE"]), True, spec)
+    tile = tile_of(config)._replace(BN=tile_width(config))
+    return one_program_per_sm(ops, tile, config["GROUP_M"], bool(config["WARP_SPECIALIZE"]),
+                              True, spec)

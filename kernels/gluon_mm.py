@@ -24,6 +24,12 @@ read K-major operands only, so those run only A row-major and B stored transpose
 IEEE fp32 has no wgmma and is refused. An output TMA cannot address (rows off 16 bytes,
 column-major) is stored through masked pointers, as tma does.
 
+BLOCK_N_TAIL > 0 widens each tile by a second accumulator of that many columns, multiplied by a
+wgmma of its own from the same A slot (Gluon's tensors are powers of two, a tile 144 wide is
+not). Tile widths such as 144 or 288 then fill the SMs in one wave where powers of two leave a
+second, nearly empty one, as cuBLAS's own widths do (384x6144: 129 tiles of 128×144;
+benchmarks/results/vs-cublas/cublas-tiles-h100-unseen.md).
+
 WARP_SPECIALIZE=1 gives the loads a producer warp of their own (gl.warp_specialize): it
 fills each slot the multiplying warps release on the slot's second mbarrier, up to
 num_stages steps ahead, and the multiplying warps only wait, multiply and store.
@@ -141,14 +147,21 @@ def _invalidate(barriers, COUNT: gl.constexpr):
 
 
 @gluon_jit()
-def _load_step(ring, step, off_m, off_n, k_step, pred, BLOCK_K: gl.constexpr,
-               STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
-    """Issue step `step`'s A and B blocks into its ring slot (nothing where not pred)."""
-    a_desc, b_desc, a_ring, b_ring, ready, empty = ring
+def _load_step(ring, step, off_m, off_n, k_step, pred, BLOCK_N: gl.constexpr,
+               BLOCK_N_TAIL: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+               A_T: gl.constexpr, B_T: gl.constexpr):
+    """Issue step `step`'s A and B blocks (and B's tail block) into its ring slot (nothing
+    where not pred)."""
+    a_desc, b_desc, t_desc, a_ring, b_ring, t_ring, ready, empty = ring
     slot = step % STAGES
     barrier = ready.index(slot)
-    mbarrier.expect(barrier, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred)
     k = k_step * BLOCK_K
+    if BLOCK_N_TAIL:
+        mbarrier.expect(barrier, a_desc.block_type.nbytes + b_desc.block_type.nbytes
+                        + t_desc.block_type.nbytes, pred)
+        _copy_block(t_desc, k, off_n + BLOCK_N, barrier, t_ring.index(slot), pred, B_T)
+    else:
+        mbarrier.expect(barrier, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred)
     _copy_block(a_desc, off_m, k, barrier, a_ring.index(slot), pred, A_T)
     _copy_block(b_desc, k, off_n, barrier, b_ring.index(slot), pred, B_T)
 
@@ -185,83 +198,110 @@ def _store_through_pointers(out_ptr, staged, tile, off_m, off_n, M, N, stride_cm
 @gluon_jit()
 def _store_through_tma(out_desc, staged, tile, off_m, off_n):
     """Stage the tile in shared memory and store it with one TMA copy, which clips at the
-    edges. The previous tile's copy must have read the staging buffer first; this one is
-    waited for only before the next tile's."""
-    hopper_tma.store_wait(0)
+    edges. The caller has waited for the previous tile's copies to read the staging buffers;
+    this one is waited for only before the next tile's."""
     staged.store(tile)
     hopper.fence_async_shared()
     _tma_store(out_desc, [off_m, off_n], staged)
 
 
 @gluon_jit()
+def _store_part(acc, off_m, off_n, out_desc, staged, sizes, output, BLOCK_M: gl.constexpr,
+                PART_N: gl.constexpr, OUT_DESC: gl.constexpr, HAS_BIAS: gl.constexpr,
+                SCALED: gl.constexpr):
+    """One part of a tile (its BLOCK_N columns, or its tail's) through the epilogue and out."""
+    M, N, K, NUM_SMS = sizes
+    out_ptr, stride_cm, stride_cn, bias_ptr, scale_a_ptr, scale_b_ptr = output
+    cols = off_n + gl.arange(0, PART_N, layout=gl.SliceLayout(0, acc.type.layout))
+    result = apply_epilogue(acc, cols, N, bias_ptr, scale_a_ptr, scale_b_ptr, HAS_BIAS,
+                            SCALED).to(out_ptr.dtype.element_ty)
+    if OUT_DESC:
+        _store_through_tma(out_desc, staged, result, off_m, off_n)
+    else:
+        _store_through_pointers(out_ptr, staged, result, off_m, off_n, M, N, stride_cm,
+                                stride_cn, BLOCK_M, PART_N)
+
+
+@gluon_jit()
 def _load_ahead(ring, sizes, position, total_steps, BLOCK_M: gl.constexpr,
-                BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
+                BLOCK_N: gl.constexpr, BLOCK_N_TAIL: gl.constexpr, BLOCK_K: gl.constexpr,
+                GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_T: gl.constexpr,
+                B_T: gl.constexpr):
     """Without a producer warp: issue the loads at `position` (steps issued, tile, K step,
     the tile's origin; nothing past the program's last step) and return the next position,
     the program's next tile after a tile's last K step."""
     M, N, K, NUM_SMS = sizes
     loaded, tile, k_step, off_m, off_n = position
-    _load_step(ring, loaded, off_m, off_n, k_step, loaded < total_steps, BLOCK_K, STAGES,
-               A_T, B_T)
+    _load_step(ring, loaded, off_m, off_n, k_step, loaded < total_steps, BLOCK_N,
+               BLOCK_N_TAIL, BLOCK_K, STAGES, A_T, B_T)
     k_step += 1
     if k_step == gl.cdiv(K, BLOCK_K):
         k_step = 0
         tile += NUM_SMS
-        off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, BLOCK_N + BLOCK_N_TAIL, GROUP_M)
     return loaded + 1, tile, k_step, off_m, off_n
 
 
 @gluon_jit()
 def _load_tiles(ring, sizes, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                A_T: gl.constexpr, B_T: gl.constexpr):
+                BLOCK_N_TAIL: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
     """The producer warp: every step's loads, each into a slot the multiplying warps have
     released (its `empty` barrier; on the first pass every slot is free, since a fresh
     barrier's previous phase counts as complete)."""
     M, N, K, NUM_SMS = sizes
-    empty = ring[5]
+    empty = ring[7]
+    TILE_N: gl.constexpr = BLOCK_N + BLOCK_N_TAIL
     step = 0
-    for tile in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), NUM_SMS):
-        off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    for tile in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, TILE_N), NUM_SMS):
+        off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, TILE_N, GROUP_M)
         for k_step in range(gl.cdiv(K, BLOCK_K)):
             mbarrier.wait(empty.index(step % STAGES), ((step // STAGES) & 1) ^ 1)
-            _load_step(ring, step, off_m, off_n, k_step, True, BLOCK_K, STAGES, A_T, B_T)
+            _load_step(ring, step, off_m, off_n, k_step, True, BLOCK_N, BLOCK_N_TAIL, BLOCK_K,
+                       STAGES, A_T, B_T)
             step += 1
 
 
 @gluon_jit()
 def _multiply_tiles(ring, sizes, output, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                    BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                    A_T: gl.constexpr, B_T: gl.constexpr, OUT_DESC: gl.constexpr,
-                    HAS_BIAS: gl.constexpr, SCALED: gl.constexpr,
+                    BLOCK_N_TAIL: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                    STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr,
+                    OUT_DESC: gl.constexpr, HAS_BIAS: gl.constexpr, SCALED: gl.constexpr,
                     WARP_SPECIALIZE: gl.constexpr, WARPS_M: gl.constexpr,
-                    INSTR_N: gl.constexpr):
+                    INSTR_N: gl.constexpr, TAIL_INSTR_N: gl.constexpr):
     """Every tile of the program: its K steps on wgmma, then its epilogue and store.
 
-    Once a step's wgmma is issued, the previous one is waited for, and once every warp group
-    is past that wait (a barrier of the multiplying warps: each waits for its own wgmmas
-    only), its slot is handed on: to the producer warp under WARP_SPECIALIZE (one thread
-    arrives for all), else refilled here with the step STAGES - 1 ahead (_load_ahead; the
-    first STAGES - 1 steps are issued up front)."""
-    a_desc, b_desc, a_ring, b_ring, ready, empty = ring
+    Once a step's wgmma is issued (two with a tail: each its own commit group), the previous
+    step's are waited for, and once every warp group is past that wait (a barrier of the
+    multiplying warps: each waits for its own wgmmas only), its slot is handed on: to the
+    producer warp under WARP_SPECIALIZE (one thread arrives for all), else refilled here with
+    the step STAGES - 1 ahead (_load_ahead; the first STAGES - 1 steps are issued up front)."""
+    a_desc, b_desc, t_desc, a_ring, b_ring, t_ring, ready, empty = ring
     M, N, K, NUM_SMS = sizes
-    out_ptr, out_desc, staged, stride_cm, stride_cn, bias_ptr, scale_a_ptr, scale_b_ptr = output
-    ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[WARPS_M, gl.num_warps() // WARPS_M],
-        instr_shape=[16, INSTR_N, 256 // a_desc.dtype.primitive_bitwidth])  # K: 32 bytes
+    out_desc, t_out_desc, staged, t_staged, epilogue = output
+    K_ELEMENTS: gl.constexpr = 256 // a_desc.dtype.primitive_bitwidth  # K: 32 bytes
+    TILE_N: gl.constexpr = BLOCK_N + BLOCK_N_TAIL
     pid = gl.program_id(0)
-    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, TILE_N)
     k_steps = gl.cdiv(K, BLOCK_K)
     if not WARP_SPECIALIZE:
         total_steps = gl.cdiv(num_tiles - pid, NUM_SMS) * k_steps  # the grid <= num_tiles
-        off_m, off_n = _tile_origin(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m, off_n = _tile_origin(pid, M, N, BLOCK_M, TILE_N, GROUP_M)
         position = (0, pid, 0, off_m, off_n)
         for stage in gl.static_range(STAGES - 1):  # noqa: B007 (the loads ahead)
             position = _load_ahead(ring, sizes, position, total_steps, BLOCK_M, BLOCK_N,
-                                   BLOCK_K, GROUP_M, STAGES, A_T, B_T)
+                                   BLOCK_N_TAIL, BLOCK_K, GROUP_M, STAGES, A_T, B_T)
 
+    # wgmma's accumulators: warp groups down the rows, then across the columns.
+    WARPS_N: gl.constexpr = gl.num_warps() // WARPS_M
+    ACC_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[WARPS_M, WARPS_N], instr_shape=[16, INSTR_N, K_ELEMENTS])
     acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, ACC_LAYOUT)
+    if BLOCK_N_TAIL:
+        TAIL_LAYOUT: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[WARPS_M, WARPS_N],
+            instr_shape=[16, TAIL_INSTR_N, K_ELEMENTS])
+        tail = gl.zeros((BLOCK_M, BLOCK_N_TAIL), gl.float32, TAIL_LAYOUT)
     used = 0
     for tile in range(pid, num_tiles, NUM_SMS):
         for k_step in range(k_steps):
@@ -269,31 +309,57 @@ def _multiply_tiles(ring, sizes, output, BLOCK_M: gl.constexpr, BLOCK_N: gl.cons
             mbarrier.wait(ready.index(slot), (used // STAGES) & 1)
             a_slot = a_ring.index(slot)
             b_slot = b_ring.index(slot)
-            acc = hopper.warpgroup_mma(_wgmma_view(a_slot, A_T), _wgmma_view(b_slot, B_T), acc,
+            a_view = _wgmma_view(a_slot, A_T)
+            acc = hopper.warpgroup_mma(a_view, _wgmma_view(b_slot, B_T), acc,
                                        use_acc=k_step > 0, is_async=True)
-            acc, _, _ = hopper.warpgroup_mma_wait(1, deps=(acc, a_slot, b_slot))
+            if BLOCK_N_TAIL:
+                t_slot = t_ring.index(slot)
+                tail = hopper.warpgroup_mma(a_view, _wgmma_view(t_slot, B_T), tail,
+                                            use_acc=k_step > 0, is_async=True)
+                acc, tail, _, _, _ = hopper.warpgroup_mma_wait(
+                    2, deps=(acc, tail, a_slot, b_slot, t_slot))
+            else:
+                acc, _, _ = hopper.warpgroup_mma_wait(1, deps=(acc, a_slot, b_slot))
             _warps_barrier()
             if WARP_SPECIALIZE:
                 mbarrier.arrive(empty.index((used + STAGES - 1) % STAGES), pred=k_step > 0)
             else:
                 position = _load_ahead(ring, sizes, position, total_steps, BLOCK_M, BLOCK_N,
-                                       BLOCK_K, GROUP_M, STAGES, A_T, B_T)
+                                       BLOCK_N_TAIL, BLOCK_K, GROUP_M, STAGES, A_T, B_T)
             used += 1
-        acc = hopper.warpgroup_mma_wait(0, deps=(acc,))
+        if BLOCK_N_TAIL:
+            acc, tail = hopper.warpgroup_mma_wait(0, deps=(acc, tail))
+        else:
+            acc = hopper.warpgroup_mma_wait(0, deps=(acc,))
         if WARP_SPECIALIZE:
             _warps_barrier()
             mbarrier.arrive(empty.index((used + STAGES - 1) % STAGES))
 
-        off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        cols = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC_LAYOUT))
-        result = apply_epilogue(acc, cols, N, bias_ptr, scale_a_ptr, scale_b_ptr, HAS_BIAS,
-                                SCALED).to(out_ptr.dtype.element_ty)
+        off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, TILE_N, GROUP_M)
         if OUT_DESC:
-            _store_through_tma(out_desc, staged, result, off_m, off_n)
-        else:
-            _store_through_pointers(out_ptr, staged, result, off_m, off_n, M, N, stride_cm,
-                                    stride_cn, BLOCK_M, BLOCK_N)
+            hopper_tma.store_wait(0)  # the previous tile's copies have read the staging
+        _store_part(acc, off_m, off_n, out_desc, staged, sizes, epilogue, BLOCK_M, BLOCK_N,
+                    OUT_DESC, HAS_BIAS, SCALED)
+        if BLOCK_N_TAIL:
+            _store_part(tail, off_m, off_n + BLOCK_N, t_out_desc, t_staged, sizes, epilogue,
+                        BLOCK_M, BLOCK_N_TAIL, OUT_DESC, HAS_BIAS, SCALED)
     hopper_tma.store_wait(0)
+
+
+@gluon_jit()
+def _output_part(out, M, N, stride_cm, BLOCK_M: gl.constexpr, PART_N: gl.constexpr,
+                 OUT_DESC: gl.constexpr):
+    """The staging buffer of one part of the tile, and the descriptor its TMA store takes
+    (the pointer itself where the output goes through pointers)."""
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, PART_N],
+                                                                out.dtype.element_ty)
+    staged = gl.allocate_shared_memory(out.dtype.element_ty, [BLOCK_M, PART_N], layout)
+    if OUT_DESC:
+        desc = hopper_tma.make_tensor_descriptor(out, [M, N], [stride_cm, 1],
+                                                 [BLOCK_M, PART_N], layout)
+    else:
+        desc = out
+    return desc, staged
 
 
 @gluon_jit(do_not_specialize=["NUM_SMS"])
@@ -304,10 +370,12 @@ def _gluon_mm_kernel(
     NUM_SMS,  # programs in the grid; the stride of each program's tile loop
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     GROUP_M: gl.constexpr, STAGES: gl.constexpr,  # STAGES: the ring's depth (num_stages)
+    BLOCK_N_TAIL: gl.constexpr,  # columns of a second wgmma beside BLOCK_N's (0: none)
     WARP_SPECIALIZE: gl.constexpr,  # loads issued by a producer warp of their own
     A_T: gl.constexpr, B_T: gl.constexpr, OUT_DESC: gl.constexpr,  # as in tma.py
     HAS_BIAS: gl.constexpr, SCALED: gl.constexpr,  # epilogue (_epilogue.py)
     WARPS_M: gl.constexpr, INSTR_N: gl.constexpr,  # the accumulator's layout (wgmma_tiling)
+    TAIL_INSTR_N: gl.constexpr,  # the tail accumulator's instruction N
 ):
     dtype: gl.constexpr = a.dtype.element_ty
     a_desc = _operand_descriptor(a, M, K, stride_a, BLOCK_M, BLOCK_K, A_T)
@@ -316,43 +384,54 @@ def _gluon_mm_kernel(
                                        a_desc.layout)
     b_ring = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape,
                                        b_desc.layout)
+    out_desc, staged = _output_part(out, M, N, stride_cm, BLOCK_M, BLOCK_N, OUT_DESC)
+    if BLOCK_N_TAIL:
+        t_desc = _operand_descriptor(b, K, N, stride_b, BLOCK_K, BLOCK_N_TAIL, B_T)
+        t_ring = gl.allocate_shared_memory(dtype, [STAGES] + t_desc.block_type.shape,
+                                           t_desc.layout)
+        t_out_desc, t_staged = _output_part(out, M, N, stride_cm, BLOCK_M, BLOCK_N_TAIL,
+                                            OUT_DESC)
+    else:  # placeholders the kernel never reads
+        t_desc, t_ring, t_out_desc, t_staged = b_desc, b_ring, out_desc, staged
     ready = _barriers(STAGES)
     if WARP_SPECIALIZE:
         empty = _barriers(STAGES)
     else:
         empty = ready  # unused: the multiplying warps refill the slots themselves
-    out_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-        [BLOCK_M, BLOCK_N], out.dtype.element_ty)
-    staged = gl.allocate_shared_memory(out.dtype.element_ty, [BLOCK_M, BLOCK_N], out_layout)
-    if OUT_DESC:
-        out_desc = hopper_tma.make_tensor_descriptor(out, [M, N], [stride_cm, 1],
-                                                     [BLOCK_M, BLOCK_N], out_layout)
-    else:
-        out_desc = out  # unused: the pointer store takes the pointer
 
-    ring = (a_desc, b_desc, a_ring, b_ring, ready, empty)
+    ring = (a_desc, b_desc, t_desc, a_ring, b_ring, t_ring, ready, empty)
     sizes = (M, N, K, NUM_SMS)
-    output = (out, out_desc, staged, stride_cm, stride_cn, bias_ptr, scale_a_ptr, scale_b_ptr)
+    epilogue = (out, stride_cm, stride_cn, bias_ptr, scale_a_ptr, scale_b_ptr)
+    output = (out_desc, t_out_desc, staged, t_staged, epilogue)
     if WARP_SPECIALIZE:
         # One producer warp with few registers: setmaxnreg leaves the rest to the
         # multiplying warps.
         PRODUCER_WARPS: gl.constexpr = 1
         PRODUCER_REGISTERS: gl.constexpr = 40
         gl.warp_specialize([
-            (_multiply_tiles, (ring, sizes, output, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES,
-                               A_T, B_T, OUT_DESC, HAS_BIAS, SCALED, WARP_SPECIALIZE, WARPS_M,
-                               INSTR_N)),
-            (_load_tiles, (ring, sizes, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_T, B_T)),
+            (_multiply_tiles, (ring, sizes, output, BLOCK_M, BLOCK_N, BLOCK_N_TAIL, BLOCK_K,
+                               GROUP_M, STAGES, A_T, B_T, OUT_DESC, HAS_BIAS, SCALED,
+                               WARP_SPECIALIZE, WARPS_M, INSTR_N, TAIL_INSTR_N)),
+            (_load_tiles, (ring, sizes, BLOCK_M, BLOCK_N, BLOCK_N_TAIL, BLOCK_K, GROUP_M,
+                           STAGES, A_T, B_T)),
         ], [PRODUCER_WARPS], [PRODUCER_REGISTERS])
         _invalidate(empty, STAGES)
     else:
-        _multiply_tiles(ring, sizes, output, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_T,
-                        B_T, OUT_DESC, HAS_BIAS, SCALED, WARP_SPECIALIZE, WARPS_M, INSTR_N)
+        _multiply_tiles(ring, sizes, output, BLOCK_M, BLOCK_N, BLOCK_N_TAIL, BLOCK_K, GROUP_M,
+                        STAGES, A_T, B_T, OUT_DESC, HAS_BIAS, SCALED, WARP_SPECIALIZE,
+                        WARPS_M, INSTR_N, TAIL_INSTR_N)
     _invalidate(ready, STAGES)
 
 
-def wgmma_tiling(tunables: Mapping[str, int]) -> tuple[int, int]:
-    """(WARPS_M, INSTR_N): how the warps split the tile for wgmma, and the instruction's N.
+def tile_width(tunables: Mapping[str, int]) -> int:
+    """A tile's columns, BLOCK_N's and its tail's: their count decides how the tiles fill
+    the SMs."""
+    return tunables["BLOCK_N"] + tunables["BLOCK_N_TAIL"]
+
+
+def wgmma_tiling(tunables: Mapping[str, int]) -> tuple[int, int, int]:
+    """(WARPS_M, INSTR_N, TAIL_INSTR_N): how the warps split the tile for wgmma, and the
+    instruction's N for BLOCK_N and for the tail.
 
     A warp group takes 64 rows; the warps go down the rows while the tile has rows for them
     (each warp 16 at least), then across the columns, whose share of one warp group is the
@@ -361,7 +440,9 @@ def wgmma_tiling(tunables: Mapping[str, int]) -> tuple[int, int]:
     warps_m = _WARP_GROUP
     while warps_m < warps and block_m >= 2 * warps_m * _WGMMA_ROWS_PER_WARP:
         warps_m *= 2
-    return warps_m, min(256, tunables["BLOCK_N"] // (warps // warps_m))
+    warps_n = warps // warps_m
+    return (warps_m, min(256, tunables["BLOCK_N"] // warps_n),
+            min(256, tunables["BLOCK_N_TAIL"] // warps_n))
 
 
 @functools.cache
@@ -411,9 +492,12 @@ def _tile_problem(tunables: Mapping[str, int], itemsize: int) -> str | None:
     warps, block_m = tunables["num_warps"], tunables["BLOCK_M"]
     if warps % _WARP_GROUP or block_m % (_WARP_GROUP * _WGMMA_ROWS_PER_WARP):
         return "gluon: wgmma needs whole warp groups (num_warps 4 or 8) and BLOCK_M % 64 == 0"
-    warps_m, instr_n = wgmma_tiling(tunables)
-    if instr_n % 8 or tunables["BLOCK_N"] % (warps // warps_m):
-        return "gluon: wgmma needs each warp group's share of BLOCK_N a multiple of 8"
+    warps_m, instr_n, tail_instr_n = wgmma_tiling(tunables)
+    for name, instr in (("BLOCK_N", instr_n), ("BLOCK_N_TAIL", tail_instr_n)):
+        if tunables[name] and (instr % 8 or tunables[name] % (warps // warps_m)):
+            return f"gluon: wgmma needs each warp group's share of {name} a multiple of 8"
+    if tunables["BLOCK_N_TAIL"] >= tunables["BLOCK_N"]:
+        return "gluon: BLOCK_N_TAIL must be narrower than BLOCK_N (else widen BLOCK_N)"
     if tunables["BLOCK_K"] * itemsize % _WGMMA_K_BYTES:
         return f"gluon: wgmma needs BLOCK_K a multiple of {_WGMMA_K_BYTES // itemsize} here"
     return None
@@ -441,34 +525,37 @@ def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
     # fp32 precision (wgmma's default is the tf32 an fp32 call must allow).
     shared = tma.descriptor_args(gemm, tunables, tunables["BLOCK_N"], on_device=True)
     args = {name: shared[name] for name in _gluon_mm_kernel.arg_names if name in shared}
-    warps_m, instr_n = wgmma_tiling(tunables)
-    tile = {p: tunables[p] for p in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps")}
-    start(_gluon_mm_kernel, (min(programs, tile_count(M, N, tunables)),), (),
+    warps_m, instr_n, tail_instr_n = wgmma_tiling(tunables)
+    tile = {p: tunables[p] for p in ("BLOCK_M", "BLOCK_N", "BLOCK_N_TAIL", "BLOCK_K", "GROUP_M",
+                                     "num_warps")}
+    tiles = tile_count(M, N, {**tunables, "BLOCK_N": tile_width(tunables)})
+    start(_gluon_mm_kernel, (min(programs, tiles),), (),
           {**args, "NUM_SMS": programs, **tile, "STAGES": tunables["num_stages"],
            "WARP_SPECIALIZE": bool(tunables["WARP_SPECIALIZE"]), "WARPS_M": warps_m,
-           "INSTR_N": instr_n}, compile_only)
+           "INSTR_N": instr_n, "TAIL_INSTR_N": tail_instr_n}, compile_only)
 
 
 def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
-    """The ring (num_stages steps of A and B tiles), the staged output tile and the
-    barriers: the kernel allocates each of them, and nothing else."""
-    ring = tunables["num_stages"] * (tunables["BLOCK_M"] + tunables["BLOCK_N"]) * \
-        tunables["BLOCK_K"] * operands.itemsize
-    staged = tma.staging_smem_bytes(tunables, operands.itemsize, tunables["BLOCK_N"])
+    """The ring (num_stages steps of A and B tiles, B's tail included), the staged output
+    tile and the barriers: the kernel allocates each of them, and nothing else."""
+    width = tile_width(tunables)
+    ring = tunables["num_stages"] * (tunables["BLOCK_M"] + width) * tunables["BLOCK_K"] * \
+        operands.itemsize
+    staged = tma.staging_smem_bytes(tunables, operands.itemsize, width)
     return ring + staged + tma.BARRIER_SMEM_BYTES
 
 
 GLUON = Variant(
     name="gluon",
-    params=(*TILE_PARAMS, "WARP_SPECIALIZE"),
+    params=(*TILE_PARAMS, "BLOCK_N_TAIL", "WARP_SPECIALIZE"),
     launch=launch,
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
-    short_names={**TILE_SHORT_NAMES, "WARP_SPECIALIZE": "ws"},
+    short_names={**TILE_SHORT_NAMES, "BLOCK_N_TAIL": "tail", "WARP_SPECIALIZE": "ws"},
     no_expand_op=("a Gluon kernel: FlagGems' mm ops are tl kernels, none of which takes a "
                   "Gluon config"),
     tma_fed=True,
     program_per_sm=True,
-    model_seconds=gluon_cost.seconds,
+    model_seconds=functools.partial(gluon_cost.seconds, tile_width=tile_width),
 )

@@ -28,11 +28,14 @@ from tuner.space import builtin_spaces
 
 # 128×256 on two warp groups: the large-shape tile; 64×64 on one: many tiles per program.
 WIDE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
-        "num_warps": 8, "WARP_SPECIALIZE": 0}
+        "num_warps": 8, "BLOCK_N_TAIL": 0, "WARP_SPECIALIZE": 0}
 NARROW = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_stages": 4,
-          "num_warps": 4, "WARP_SPECIALIZE": 0}
+          "num_warps": 4, "BLOCK_N_TAIL": 0, "WARP_SPECIALIZE": 0}
+# Tiles 144 and 96 wide: a second wgmma of 16 (32) columns beside BLOCK_N's.
+TAILED = {**WIDE, "BLOCK_N": 128, "BLOCK_N_TAIL": 16, "num_stages": 4}
 CONFIGS = {"wide": WIDE, "wide-ws": {**WIDE, "WARP_SPECIALIZE": 1}, "narrow": NARROW,
-           "narrow-ws": {**NARROW, "WARP_SPECIALIZE": 1}}
+           "narrow-ws": {**NARROW, "WARP_SPECIALIZE": 1}, "tailed": TAILED,
+           "narrow-tailed-ws": {**NARROW, "BLOCK_N_TAIL": 32, "WARP_SPECIALIZE": 1}}
 
 
 def test_imports_and_is_registered_in_mm_and_its_space():
@@ -104,15 +107,30 @@ def test_refuses_what_tma_cannot_address(on_hopper):
 
 
 @pytest.mark.parametrize("tile, tiling", [
-    ({"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8}, (8, 256)),
-    ({"BLOCK_M": 64, "BLOCK_N": 256, "num_warps": 8}, (4, 128)),
-    ({"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8}, (8, 128)),
-    ({"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4}, (4, 128)),
-    ({"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 8}, (4, 8)),
+    ({"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8}, (8, 256, 0)),
+    ({"BLOCK_M": 64, "BLOCK_N": 256, "num_warps": 8}, (4, 128, 0)),
+    ({"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8}, (8, 128, 0)),
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4}, (4, 128, 0)),
+    ({"BLOCK_M": 64, "BLOCK_N": 16, "num_warps": 8}, (4, 8, 0)),
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_N_TAIL": 16, "num_warps": 8}, (8, 128, 16)),
+    ({"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_N_TAIL": 32, "num_warps": 8}, (4, 128, 16)),
 ])
 def test_wgmma_tiling(tile, tiling):
-    """Warps go down the rows first (a warp group per 64), then across the columns."""
-    assert gluon_mm.wgmma_tiling(tile) == tiling
+    """Warps go down the rows first (a warp group per 64), then across the columns; the
+    tail's columns are split as BLOCK_N's are."""
+    assert gluon_mm.wgmma_tiling({"BLOCK_N_TAIL": 0, **tile}) == tiling
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"BLOCK_N_TAIL": 128}, "BLOCK_N_TAIL must be narrower than BLOCK_N"),
+    ({"BLOCK_M": 64, "BLOCK_N_TAIL": 8}, "share of BLOCK_N_TAIL a multiple of 8"),
+])
+def test_refuses_tails_wgmma_cannot_take(on_hopper, change, words):
+    """A tail as wide as BLOCK_N is a wider BLOCK_N; 64 rows on 8 warps split the tail's
+    columns over two warp groups, 4 each, under wgmma's 8."""
+    gemm = meta_gemm(Shape(256, 256, 256, "bf16", "nt"))
+    assert GLUON.unsupported(gemm, TAILED) is None
+    assert words in GLUON.unsupported(gemm, {**TAILED, **change})
 
 
 @pytest.mark.parametrize("dtype, config, reported", [
@@ -122,6 +140,8 @@ def test_wgmma_tiling(tile, tiling):
     ("bf16", {**NARROW, "BLOCK_N": 128}, 114848),
     ("fp8e4m3", WIDE, 139416),
     ("fp16", {**WIDE, "BLOCK_N": 128, "num_stages": 4, "num_warps": 4}, 164000),
+    # 128×(128 + 16), 3 stages: the tail's ring slots and staged columns beside BLOCK_N's.
+    ("bf16", {**TAILED, "num_stages": 3}, 141440),
 ])
 def test_smem_estimate_bounds_what_triton_reported(dtype, config, reported):
     estimate = GLUON.smem_bytes(config, meta_gemm(Shape(4096, 4096, 4096, dtype, "nt")))
@@ -149,6 +169,9 @@ def test_model_term():
     tf32 = {"variant": "gluon", "pad": 0, **WIDE, "BLOCK_N": 128, "BLOCK_K": 32}
     assert model.predict_ms(fp32, tf32, model.H100_SXM, allow_tf32=True) < math.inf
     assert predicted(big, BLOCK_M=32) == math.inf
+    # A tail that fills the SMs in one wave: 129 tiles of 128×144 against 144 of 128×128.
+    midsize = Shape(384, 6144, 4096, "bf16", "nt")
+    assert predicted(midsize, BLOCK_N=128, BLOCK_N_TAIL=16) < predicted(midsize, BLOCK_N=128)
 
 
 def test_flaggems_has_no_op_for_it():

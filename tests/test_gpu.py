@@ -206,13 +206,14 @@ REPLAYED_CONFIGS = [
     {"variant": "persistent", "pad": 0, **TMA_TILE, "WARP_SPECIALIZE": 0, "FLATTEN": 1,
      "EPILOGUE_SUBTILE": 1},
     # Descriptors built on the device (global scratch held by the replay): a warp-specialized
-    # 128-row persistent tile and the gluon kernel, with and without its producer warp.
+    # 128-row persistent tile and the gluon kernel, with and without its producer warp (and
+    # with a tail: 96-column tiles).
     {"variant": "persistent", "pad": 0, **TMA_TILE, "BLOCK_M": 128, "WARP_SPECIALIZE": 1,
      "FLATTEN": 0, "EPILOGUE_SUBTILE": 0},
     {"variant": "gluon", "pad": 0, **TMA_TILE, "BLOCK_N": 64, "num_stages": 4,
-     "WARP_SPECIALIZE": 0},
+     "BLOCK_N_TAIL": 0, "WARP_SPECIALIZE": 0},
     {"variant": "gluon", "pad": 0, **TMA_TILE, "BLOCK_N": 64, "num_stages": 4,
-     "WARP_SPECIALIZE": 1},
+     "BLOCK_N_TAIL": 32, "WARP_SPECIALIZE": 1},
     # 96×384 in 64×128 tiles: 6 tiles of 16 steps streamed by 12 programs, half a tile each
     # (workspaces held by the replay), also padded.
     {"variant": "streamk", "pad": 0, **TMA_TILE, "num_stages": 3, "SK_FULL_WAVES": 0},
@@ -267,7 +268,7 @@ def test_fp8_calls_replay_or_go_to_torch(variant, monkeypatch):
     dispatch.clear_cache()
 
 
-@pytest.mark.parametrize("config", [REPLAYED_CONFIGS[i] for i in (1, 2, 3, 4, 6, 7, 8, 10)]
+@pytest.mark.parametrize("config", [REPLAYED_CONFIGS[i] for i in (1, 2, 3, 4, 6, 7, 8, 9, 10)]
                          + [{"variant": "cublas", "pad": 0}], ids=config_label)
 def test_cuda_graph_capture_replays_tuner_linear(config, monkeypatch):
     """Decode under CUDA graphs (vLLM, reduce-overhead): warm up, capture tuner.linear into a

@@ -205,6 +205,8 @@ PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
     "K_SLICES": (lambda v: 1 <= v <= 4096, "integers from 1 to 4096"),
     "pad": (lambda v: v == 0 or _power_of_two(8, 1024)(v),
             "0 (no padding) or powers of two from 8 to 1024"),
+    "BLOCK_N_TAIL": (lambda v: v == 0 or _power_of_two(8, 256)(v),
+                     "0 (no tail) or powers of two from 8 to 256 (a wgmma's width)"),
     **{name: (lambda v: v in (0, 1), "0 or 1")
        for name in ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")},
 }
