@@ -187,6 +187,18 @@ def final_field(measured: Iterable, launch: str, is_library: Callable[[object], 
     return field if field[0] in incumbent else tiles + incumbent[:1]
 
 
+def retimed(retime: Callable[[str], Sequence | None], launch: str
+            ) -> tuple[Sequence, Sequence] | None:
+    """(kernels, calls) as `final_winner` takes them: `retime(figure)` re-times a field side
+    by side, the device times first, then the launch mode's calls (the device times again
+    for graph); None where a re-timing returns None (it failed)."""
+    kernels = retime(GRAPH)
+    if kernels is None:
+        return None
+    calls = kernels if launch == GRAPH else retime(launch)
+    return None if calls is None else (kernels, calls)
+
+
 def final_winner(field: Sequence, kernels: Sequence, calls: Sequence, launch: str,
                  is_library: Callable[[object], bool],
                  cost: Callable[[object], tuple]) -> tuple[int, list[int]]:

@@ -18,7 +18,7 @@ from tuner.execution.backends import Backend, gpu_backend, interpreter_backend
 from tuner.execution.measure import ShapeBench
 from tuner.execution.workers import is_sticky_cuda_error
 from tuner.kernels import KERNELS
-from tuner.objective import GRAPH, call_ms, contested, final_field, final_winner
+from tuner.objective import call_ms, contested, final_field, final_winner, retimed
 from tuner.shapes import Shape
 
 
@@ -76,7 +76,7 @@ def fastest(backend: Backend, op: str, shape: Shape, candidates: list[dict], lau
     order = {id(result): i for i, (_, result) in enumerate(measured)}
 
     def is_library(result) -> bool:
-        return config_of[id(result)]["variant"] in KERNELS[op].library_variants
+        return KERNELS[op].calls_library(config_of[id(result)])
 
     field = final_field([result for _, result in measured], launch, is_library)
     if not field:
@@ -84,8 +84,7 @@ def fastest(backend: Backend, op: str, shape: Shape, candidates: list[dict], lau
     configs = [config_of[id(result)] for result in field]
     if not contested(field, launch, is_library) or not time_left():
         return Fastest(configs[0], call_ms(field[0], launch), timed)
-    kernels = bench.retime(op, configs, GRAPH)
-    calls = kernels if launch == GRAPH else bench.retime(op, configs, launch)
+    kernels, calls = retimed(lambda figure: bench.retime(op, configs, figure), launch)
     best, _ = final_winner(field, kernels, calls, launch, is_library,
                            lambda result: (order[id(result)],))
     return Fastest(configs[best], calls[best].p50_ms, timed)

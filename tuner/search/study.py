@@ -57,6 +57,7 @@ from tuner.objective import (
     final_field,
     final_winner,
     ranked,
+    retimed,
 )
 from tuner.search.budget import StudyBudget
 from tuner.search.phases import (
@@ -625,12 +626,6 @@ class StudyRunner:
                  ) -> tuple[list[Timing], list[Timing]] | None:
         """The configs re-timed side by side at `shape`: their device times, and the launch
         mode's calls (the device times again for graph); None if a re-timing failed."""
-        def retime(figure: str) -> list[Timing] | None:
-            return self.executor.retime(self.slot, shape, self.record.seed, self.kernel.name,
-                                        configs, figure)
-
-        kernels = retime(GRAPH)
-        if kernels is None:
-            return None
-        calls = kernels if self.budget.launch == GRAPH else retime(self.budget.launch)
-        return None if calls is None else (kernels, calls)
+        return retimed(lambda figure: self.executor.retime(
+            self.slot, shape, self.record.seed, self.kernel.name, configs, figure),
+            self.budget.launch)
