@@ -211,6 +211,10 @@ PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
        for name in ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")},
 }
 ANY_COUNT = (lambda v: v >= 0, "non-negative integers")
+# Parameters a variant took on after tables were written, each with the value that runs a
+# config as the kernel ran before it: a table's config without one reads it
+# (tuner.formats.table), so that a deployment's table keeps working across the upgrade.
+LATER_PARAM_DEFAULTS: dict[str, int] = {"BLOCK_N_TAIL": 0}  # gluon, 2026-11-28: no tail
 
 
 def allowed_value(name: str, value: object) -> bool:

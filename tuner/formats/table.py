@@ -88,7 +88,25 @@ def read_table(path: Path, doc: object = None,
     checked_document(doc, f"gemm-tuner table {path}", variants)
     device = doc.get("device") or {}
     name = device.get("name")
-    return Table(name if isinstance(name, str) else None, dict(doc.get("ops") or {}))
+    ops = dict(doc.get("ops") or {})
+    if variants is not None:
+        ops = {op: _with_later_params(body, variants[op]) for op, body in ops.items()}
+    return Table(name if isinstance(name, str) else None, ops)
+
+
+def _with_later_params(body: Mapping, variants: Mapping[str, Sequence[str]]) -> dict:
+    """An op's body whose configs hold each parameter their variant took on after they were
+    written (tuner.space.LATER_PARAM_DEFAULTS), at the value that runs them as before."""
+    from tuner.space import LATER_PARAM_DEFAULTS
+
+    def completed(config: Mapping) -> dict:
+        return {**config, **{p: LATER_PARAM_DEFAULTS[p] for p in variants[config["variant"]]
+                             if p in LATER_PARAM_DEFAULTS and p not in config}}
+
+    return {**body, "entries": [
+        {**entry, "config": completed(entry["config"]),
+         "alternates": [completed(a) for a in entry.get("alternates", [])]}
+        for entry in body["entries"]]}
 
 
 def checked_document(doc: object, label: str,
@@ -198,7 +216,7 @@ def _check_config(label: str, field: str, config,
     """TableError naming what is wrong with a config: it must be a mapping with a variant
     (one of `variants`, holding each of that variant's parameters, where given; others are
     not read), each other value an integer the space rules allow."""
-    from tuner.space import allowed_value, allowed_words
+    from tuner.space import LATER_PARAM_DEFAULTS, allowed_value, allowed_words
 
     if not isinstance(config, dict) or not isinstance(config.get("variant"), str):
         raise _bad(label, field, f"expected a mapping with a variant, got {quoted(config)}")
@@ -208,7 +226,7 @@ def _check_config(label: str, field: str, config,
         if params is None:
             raise _bad(label, f"{field}.variant", f"expected a variant of the installed "
                        f"kernel ({', '.join(variants)}), got {quoted(variant)}")
-        missing = [p for p in params if p not in config]
+        missing = [p for p in params if p not in config and p not in LATER_PARAM_DEFAULTS]
         if missing:
             raise _bad(label, field, f"variant {variant} takes {', '.join(params)}; missing "
                        f"{', '.join(missing)}")
