@@ -176,6 +176,10 @@ class Variant:
     # Whether it runs one program per SM, looping over the output tiles (a persistent
     # kernel), rather than a program per tile.
     program_per_sm: bool = False
+    # output_tile(tunables): a tile's (rows, columns) of the output, for variants with output
+    # tiles: how many there are decides how they fill the SMs.
+    output_tile: Callable[[Mapping[str, int]], tuple[int, int]] = field(
+        default=lambda tunables: (tunables["BLOCK_M"], tunables["BLOCK_N"]), repr=False)
     # accumulator_warps(tunables): the warps that hold a tile's fp32 accumulator (a
     # warp-specialized loop has MMA warps of its own); num_warps unless said otherwise.
     accumulator_warps: Callable[[Mapping[str, int]], int] = field(

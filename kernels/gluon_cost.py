@@ -25,6 +25,12 @@ if TYPE_CHECKING:
     from tuner.model.predict import DeviceSpec
 
 
+def _transposed(ops: Operands) -> Operands:
+    """The operands of out^T = b^T a^T: b's storage as the M×K operand, a's as the K×N one."""
+    return ops._replace(M=ops.N, N=ops.M, a_k_unit=ops.b_k_unit, b_k_unit=ops.a_k_unit,
+                        a_stride=ops.b_stride, b_stride=ops.a_stride)
+
+
 def runs(ops: Operands, config: Mapping) -> bool:
     """Whether the kernel can run these operands with this tile at all."""
     k_major = ops.a_k_unit and ops.b_k_unit
@@ -33,10 +39,14 @@ def runs(ops: Operands, config: Mapping) -> bool:
 
 
 def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int], spec: DeviceSpec,
-            tile_width: Callable[[Mapping], int]) -> float:
-    """tile_width: the kernel's columns per tile (BLOCK_N and its tail's)."""
+            output_tile: Callable[[Mapping], tuple[int, int]]) -> float:
+    """output_tile: the kernel's (rows, columns) of the output per tile. Under SWAP_AB the
+    kernel runs the transposed product (out^T = b^T a^T), and is counted so."""
     if not runs(ops, config):
         return math.inf
-    tile = tile_of(config)._replace(BN=tile_width(config))
+    rows, cols = output_tile(config)
+    if config["SWAP_AB"]:
+        ops, rows, cols = _transposed(ops), cols, rows
+    tile = tile_of(config)._replace(BM=rows, BN=cols)
     return one_program_per_sm(ops, tile, config["GROUP_M"], bool(config["WARP_SPECIALIZE"]),
                               True, spec)

@@ -15,9 +15,9 @@ wgmma. This kernel:
 - scales and biases the fp32 accumulator (kernels/_epilogue.py), stages it in shared memory
   and stores it with one TMA copy, waited for only before the next tile's store.
 
-Operands are addressed as in kernels/tma.py: descriptors built on the device over the
-operands' row-major storage (a transposed operand's block shape swapped), so a launch is
-pointers and integers that kernels/launches.py replays as it does tma's; refusals of what TMA
+Operands are addressed as in kernels/tma.py: descriptors built on the host over the
+operands' row-major storage (a transposed operand's block shape swapped), which
+kernels/launches.py re-bases when it replays a launch, as it does tma's; refusals of what TMA
 cannot address are tma's own. A transposed tile reaches wgmma as a permuted view of shared
 memory, which wgmma reads MN-major for 16-bit types; 8-bit (fp8) and 32-bit (tf32) wgmma
 read K-major operands only, so those run only A row-major and B stored transposed (`nt`).
@@ -29,6 +29,14 @@ wgmma of its own from the same A slot (Gluon's tensors are powers of two, a tile
 not). Tile widths such as 144 or 288 then fill the SMs in one wave where powers of two leave a
 second, nearly empty one, as cuBLAS's own widths do (384x6144: 129 tiles of 128×144;
 benchmarks/results/vs-cublas/cublas-tiles-h100-unseen.md).
+
+SWAP_AB=1 computes the tile transposed, out^T = b^T a^T: B's blocks feed wgmma's rows (BLOCK_M
+along N) and A's its columns (BLOCK_N + BLOCK_N_TAIL along M), and the accumulator is
+transposed in registers on its way out. wgmma's columns come in steps of 8 where its rows come
+in 64s, so a call with few or odd rows gets a tile that fits them: cuBLAS runs such tiles at
+the mid-size shapes our row-major tiles lose (80 rows at 400x3072 and 160x7168, 104 at
+200x4096; benchmarks/results/vs-cublas/cublas-tiles-h100-dev.md). The host swaps the
+operands' arguments (`_swapped`); the kernel only stores differently.
 
 WARP_SPECIALIZE=1 gives the loads a producer warp of their own (gl.warp_specialize): it
 fills each slot the multiplying warps release on the slot's second mbarrier, up to
@@ -50,7 +58,7 @@ import triton
 
 from tuner.kernels import gluon_cost, tma
 from tuner.kernels._epilogue import apply_epilogue
-from tuner.kernels._launch import INTERPRETED, tile_count
+from tuner.kernels._launch import INTERPRETED, epilogue_args, tile_count
 from tuner.kernels._mainloop import grouped_tile
 from tuner.kernels.base import TILE_PARAMS, TILE_SHORT_NAMES, Gemm, Variant
 from tuner.kernels.launches import start
@@ -64,9 +72,13 @@ try:
     from triton.experimental.gluon.language.nvidia import hopper
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier
     from triton.experimental.gluon.language.nvidia.hopper import tma as hopper_tma
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
     _IMPORT_ERROR = None
+    _GLUON_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
+                     torch.float32: gl.float32, torch.float8_e4m3fn: gl.float8e4nv,
+                     torch.float8_e5m2: gl.float8e5}
 except ImportError as error:  # no Gluon Hopper API: `unsupported` refuses every call
-    gluon = gl = hopper = mbarrier = hopper_tma = None
+    gluon = gl = hopper = mbarrier = hopper_tma = GluonTensorDescriptor = None
     _IMPORT_ERROR = str(error)
 
 _TRITON_VERSION = tuple(int(part) for part in triton.__version__.split(".")[:2])
@@ -90,25 +102,6 @@ _WGMMA_K_BYTES = 32
 def gluon_jit(**options):
     """gluon.jit, or where Triton has no Gluon the function as it is (never launched)."""
     return gluon.jit(**options) if gluon is not None else (lambda fn: fn)
-
-
-@gluon_jit()
-def _operand_descriptor(ptr, rows, cols, row_stride, BLOCK_ROWS: gl.constexpr,
-                        BLOCK_COLS: gl.constexpr, TRANSPOSED: gl.constexpr):
-    """A descriptor of BLOCK_ROWS×BLOCK_COLS blocks of a logical rows×cols operand, over its
-    row-major storage (cols×rows blocks of cols×rows storage when TRANSPOSED), with the
-    swizzled shared layout wgmma reads."""
-    if TRANSPOSED:
-        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-            [BLOCK_COLS, BLOCK_ROWS], ptr.dtype.element_ty)
-        desc = hopper_tma.make_tensor_descriptor(ptr, [cols, rows], [row_stride, 1],
-                                                 [BLOCK_COLS, BLOCK_ROWS], layout)
-    else:
-        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
-            [BLOCK_ROWS, BLOCK_COLS], ptr.dtype.element_ty)
-        desc = hopper_tma.make_tensor_descriptor(ptr, [rows, cols], [row_stride, 1],
-                                                 [BLOCK_ROWS, BLOCK_COLS], layout)
-    return desc
 
 
 @gluon_jit()
@@ -206,20 +199,35 @@ def _store_through_tma(out_desc, staged, tile, off_m, off_n):
 
 
 @gluon_jit()
-def _store_part(acc, off_m, off_n, out_desc, staged, sizes, output, BLOCK_M: gl.constexpr,
-                PART_N: gl.constexpr, OUT_DESC: gl.constexpr, HAS_BIAS: gl.constexpr,
-                SCALED: gl.constexpr):
-    """One part of a tile (its BLOCK_N columns, or its tail's) through the epilogue and out."""
-    M, N, K, NUM_SMS = sizes
+def _store_part(part, row, col, out_desc, staged, out_rows, out_cols, output,
+                ROWS: gl.constexpr, COLS: gl.constexpr, OUT_DESC: gl.constexpr,
+                HAS_BIAS: gl.constexpr, SCALED: gl.constexpr):
+    """One ROWS×COLS part of the output (a tile's BLOCK_N columns or its tail's, transposed
+    under SWAP_AB) at (row, col) of the out_rows×out_cols output, through the epilogue."""
     out_ptr, stride_cm, stride_cn, bias_ptr, scale_a_ptr, scale_b_ptr = output
-    cols = off_n + gl.arange(0, PART_N, layout=gl.SliceLayout(0, acc.type.layout))
-    result = apply_epilogue(acc, cols, N, bias_ptr, scale_a_ptr, scale_b_ptr, HAS_BIAS,
+    cols = col + gl.arange(0, COLS, layout=gl.SliceLayout(0, part.type.layout))
+    result = apply_epilogue(part, cols, out_cols, bias_ptr, scale_a_ptr, scale_b_ptr, HAS_BIAS,
                             SCALED).to(out_ptr.dtype.element_ty)
     if OUT_DESC:
-        _store_through_tma(out_desc, staged, result, off_m, off_n)
+        _store_through_tma(out_desc, staged, result, row, col)
     else:
-        _store_through_pointers(out_ptr, staged, result, off_m, off_n, M, N, stride_cm,
-                                stride_cn, BLOCK_M, PART_N)
+        _store_through_pointers(out_ptr, staged, result, row, col, out_rows, out_cols,
+                                stride_cm, stride_cn, ROWS, COLS)
+
+
+@gluon_jit()
+def _store_tile(acc, off_m, off_n, out_desc, staged, sizes, output, BLOCK_M: gl.constexpr,
+                PART_N: gl.constexpr, SWAP_AB: gl.constexpr, OUT_DESC: gl.constexpr,
+                HAS_BIAS: gl.constexpr, SCALED: gl.constexpr):
+    """One accumulator (BLOCK_M×PART_N at (off_m, off_n) of the product the kernel computes)
+    into the output: as it is, or transposed where that product is out^T (SWAP_AB)."""
+    M, N, K, NUM_SMS = sizes
+    if SWAP_AB:
+        _store_part(gl.permute(acc, (1, 0)), off_n, off_m, out_desc, staged, N, M, output,
+                    PART_N, BLOCK_M, OUT_DESC, HAS_BIAS, SCALED)
+    else:
+        _store_part(acc, off_m, off_n, out_desc, staged, M, N, output, BLOCK_M, PART_N,
+                    OUT_DESC, HAS_BIAS, SCALED)
 
 
 @gluon_jit()
@@ -266,8 +274,8 @@ def _load_tiles(ring, sizes, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
 def _multiply_tiles(ring, sizes, output, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                     BLOCK_N_TAIL: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                     STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr,
-                    OUT_DESC: gl.constexpr, HAS_BIAS: gl.constexpr, SCALED: gl.constexpr,
-                    WARP_SPECIALIZE: gl.constexpr, WARPS_M: gl.constexpr,
+                    SWAP_AB: gl.constexpr, OUT_DESC: gl.constexpr, HAS_BIAS: gl.constexpr,
+                    SCALED: gl.constexpr, WARP_SPECIALIZE: gl.constexpr, WARPS_M: gl.constexpr,
                     INSTR_N: gl.constexpr, TAIL_INSTR_N: gl.constexpr):
     """Every tile of the program: its K steps on wgmma, then its epilogue and store.
 
@@ -338,59 +346,63 @@ def _multiply_tiles(ring, sizes, output, BLOCK_M: gl.constexpr, BLOCK_N: gl.cons
         off_m, off_n = _tile_origin(tile, M, N, BLOCK_M, TILE_N, GROUP_M)
         if OUT_DESC:
             hopper_tma.store_wait(0)  # the previous tile's copies have read the staging
-        _store_part(acc, off_m, off_n, out_desc, staged, sizes, epilogue, BLOCK_M, BLOCK_N,
-                    OUT_DESC, HAS_BIAS, SCALED)
+        _store_tile(acc, off_m, off_n, out_desc, staged, sizes, epilogue, BLOCK_M, BLOCK_N,
+                    SWAP_AB, OUT_DESC, HAS_BIAS, SCALED)
         if BLOCK_N_TAIL:
-            _store_part(tail, off_m, off_n + BLOCK_N, t_out_desc, t_staged, sizes, epilogue,
-                        BLOCK_M, BLOCK_N_TAIL, OUT_DESC, HAS_BIAS, SCALED)
+            _store_tile(tail, off_m, off_n + BLOCK_N, t_out_desc, t_staged, sizes, epilogue,
+                        BLOCK_M, BLOCK_N_TAIL, SWAP_AB, OUT_DESC, HAS_BIAS, SCALED)
     hopper_tma.store_wait(0)
 
 
 @gluon_jit()
-def _output_part(out, M, N, stride_cm, BLOCK_M: gl.constexpr, PART_N: gl.constexpr,
-                 OUT_DESC: gl.constexpr):
-    """The staging buffer of one part of the tile, and the descriptor its TMA store takes
-    (the pointer itself where the output goes through pointers)."""
-    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, PART_N],
-                                                                out.dtype.element_ty)
-    staged = gl.allocate_shared_memory(out.dtype.element_ty, [BLOCK_M, PART_N], layout)
-    if OUT_DESC:
-        desc = hopper_tma.make_tensor_descriptor(out, [M, N], [stride_cm, 1],
-                                                 [BLOCK_M, PART_N], layout)
+def _staging(out_desc, out, BLOCK_M: gl.constexpr, PART_N: gl.constexpr,
+             SWAP_AB: gl.constexpr, OUT_DESC: gl.constexpr):
+    """The shared-memory buffer one part of the tile (BLOCK_M×PART_N of the product) goes
+    through on its way out, in the output's orientation: in the layout of the part's TMA
+    store, or for pointer stores in the default one."""
+    if SWAP_AB:
+        ROWS: gl.constexpr = PART_N
+        COLS: gl.constexpr = BLOCK_M
     else:
-        desc = out
-    return desc, staged
+        ROWS: gl.constexpr = BLOCK_M
+        COLS: gl.constexpr = PART_N
+    if OUT_DESC:
+        layout: gl.constexpr = out_desc.layout
+    else:
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, COLS],
+                                                                    out.dtype.element_ty)
+    return gl.allocate_shared_memory(out.dtype.element_ty, [ROWS, COLS], layout)
 
 
 @gluon_jit(do_not_specialize=["NUM_SMS"])
 def _gluon_mm_kernel(
-    a, b, out, M, N, K, stride_cm, stride_cn,  # a, b, out: pointers (descriptors built here)
+    # TMA descriptors (launch's _descriptor) of the product's M×K and K×N operands' blocks and
+    # the tail's blocks of the second (None: no tail); of the output's parts, BLOCK_N's and
+    # the tail's (None: stored through pointers). The product is out^T under SWAP_AB.
+    a_desc, b_desc, t_desc, out_desc, t_out_desc,
+    out, M, N, K, stride_cm, stride_cn,  # M, N: the product's; out's strides
     bias_ptr, scale_a_ptr, scale_b_ptr,
-    stride_a, stride_b,  # row strides of a's and b's storage
     NUM_SMS,  # programs in the grid; the stride of each program's tile loop
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     GROUP_M: gl.constexpr, STAGES: gl.constexpr,  # STAGES: the ring's depth (num_stages)
     BLOCK_N_TAIL: gl.constexpr,  # columns of a second wgmma beside BLOCK_N's (0: none)
     WARP_SPECIALIZE: gl.constexpr,  # loads issued by a producer warp of their own
+    SWAP_AB: gl.constexpr,  # the product is out^T: stored transposed
     A_T: gl.constexpr, B_T: gl.constexpr, OUT_DESC: gl.constexpr,  # as in tma.py
     HAS_BIAS: gl.constexpr, SCALED: gl.constexpr,  # epilogue (_epilogue.py)
     WARPS_M: gl.constexpr, INSTR_N: gl.constexpr,  # the accumulator's layout (wgmma_tiling)
     TAIL_INSTR_N: gl.constexpr,  # the tail accumulator's instruction N
 ):
-    dtype: gl.constexpr = a.dtype.element_ty
-    a_desc = _operand_descriptor(a, M, K, stride_a, BLOCK_M, BLOCK_K, A_T)
-    b_desc = _operand_descriptor(b, K, N, stride_b, BLOCK_K, BLOCK_N, B_T)
+    dtype: gl.constexpr = a_desc.dtype
     a_ring = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_ring = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape,
                                        b_desc.layout)
-    out_desc, staged = _output_part(out, M, N, stride_cm, BLOCK_M, BLOCK_N, OUT_DESC)
+    staged = _staging(out_desc, out, BLOCK_M, BLOCK_N, SWAP_AB, OUT_DESC)
     if BLOCK_N_TAIL:
-        t_desc = _operand_descriptor(b, K, N, stride_b, BLOCK_K, BLOCK_N_TAIL, B_T)
         t_ring = gl.allocate_shared_memory(dtype, [STAGES] + t_desc.block_type.shape,
                                            t_desc.layout)
-        t_out_desc, t_staged = _output_part(out, M, N, stride_cm, BLOCK_M, BLOCK_N_TAIL,
-                                            OUT_DESC)
+        t_staged = _staging(t_out_desc, out, BLOCK_M, BLOCK_N_TAIL, SWAP_AB, OUT_DESC)
     else:  # placeholders the kernel never reads
         t_desc, t_ring, t_out_desc, t_staged = b_desc, b_ring, out_desc, staged
     ready = _barriers(STAGES)
@@ -410,23 +422,24 @@ def _gluon_mm_kernel(
         PRODUCER_REGISTERS: gl.constexpr = 40
         gl.warp_specialize([
             (_multiply_tiles, (ring, sizes, output, BLOCK_M, BLOCK_N, BLOCK_N_TAIL, BLOCK_K,
-                               GROUP_M, STAGES, A_T, B_T, OUT_DESC, HAS_BIAS, SCALED,
-                               WARP_SPECIALIZE, WARPS_M, INSTR_N, TAIL_INSTR_N)),
+                               GROUP_M, STAGES, A_T, B_T, SWAP_AB, OUT_DESC, HAS_BIAS,
+                               SCALED, WARP_SPECIALIZE, WARPS_M, INSTR_N, TAIL_INSTR_N)),
             (_load_tiles, (ring, sizes, BLOCK_M, BLOCK_N, BLOCK_N_TAIL, BLOCK_K, GROUP_M,
                            STAGES, A_T, B_T)),
         ], [PRODUCER_WARPS], [PRODUCER_REGISTERS])
         _invalidate(empty, STAGES)
     else:
         _multiply_tiles(ring, sizes, output, BLOCK_M, BLOCK_N, BLOCK_N_TAIL, BLOCK_K, GROUP_M,
-                        STAGES, A_T, B_T, OUT_DESC, HAS_BIAS, SCALED, WARP_SPECIALIZE,
-                        WARPS_M, INSTR_N, TAIL_INSTR_N)
+                        STAGES, A_T, B_T, SWAP_AB, OUT_DESC, HAS_BIAS, SCALED,
+                        WARP_SPECIALIZE, WARPS_M, INSTR_N, TAIL_INSTR_N)
     _invalidate(ready, STAGES)
 
 
-def tile_width(tunables: Mapping[str, int]) -> int:
-    """A tile's columns, BLOCK_N's and its tail's: their count decides how the tiles fill
-    the SMs."""
-    return tunables["BLOCK_N"] + tunables["BLOCK_N_TAIL"]
+def output_tile(tunables: Mapping[str, int]) -> tuple[int, int]:
+    """A tile's (rows, columns) of the output: BLOCK_M by BLOCK_N and its tail, or the other
+    way round under SWAP_AB. Their counts decide how the tiles fill the SMs."""
+    width = tunables["BLOCK_N"] + tunables["BLOCK_N_TAIL"]
+    return (width, tunables["BLOCK_M"]) if tunables["SWAP_AB"] else (tunables["BLOCK_M"], width)
 
 
 def wgmma_tiling(tunables: Mapping[str, int]) -> tuple[int, int, int]:
@@ -513,49 +526,87 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     if arch != HOPPER_ARCH:
         target = f"sm_{arch}" if arch else "no CUDA GPU"
         return f"gluon: a Hopper (sm_{HOPPER_ARCH}) kernel, and the target is {target}"
-    return (_tile_problem(tunables, gemm.itemsize) or _operand_problem(gemm)
-            or tma.unsupported(gemm, tunables))
+    problem = (_tile_problem(tunables, gemm.itemsize) or _operand_problem(gemm)
+               or tma.unsupported(gemm, tunables))
+    if problem is None and tunables["SWAP_AB"]:  # the same storage, but for degenerate shapes
+        problem = (tma.descriptor_problem("B^T", gemm.b.t())
+                   or tma.descriptor_problem("A^T", gemm.a.t()))
+    return problem
+
+
+def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int):
+    """A Gluon TMA descriptor of block_rows×block_cols blocks of t over its storage (a
+    transposed t's are block_cols×block_rows blocks of t.t()), in the swizzled shared layout
+    wgmma reads and TMA stores from."""
+    storage, block = (t.t(), [block_cols, block_rows]) if is_transposed(t) else (
+        t, [block_rows, block_cols])
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GLUON_DTYPES[t.dtype])
+    return GluonTensorDescriptor.from_tensor(storage, block, layout)
+
+
+def _product_operands(gemm: Gemm, tunables: Mapping[str, int]) -> tuple[torch.Tensor, ...]:
+    """The M×K and K×N operands of the product the kernel computes: a and b, or under
+    SWAP_AB b^T and a^T (out^T = b^T a^T)."""
+    return (gemm.b.t(), gemm.a.t()) if tunables["SWAP_AB"] else (gemm.a, gemm.b)
 
 
 def launch(gemm: Gemm, tunables: Mapping[str, int], compile_only: bool) -> None:
-    M, N, _ = gemm.mnk
-    programs = num_sms(gemm.a.device)
-    # The kernel takes the tl TMA kernels' shared arguments with its descriptors built on
-    # the device, but not their interpreter workaround (Gluon never runs there) nor their
-    # fp32 precision (wgmma's default is the tf32 an fp32 call must allow).
-    shared = tma.descriptor_args(gemm, tunables, tunables["BLOCK_N"], on_device=True)
-    args = {name: shared[name] for name in _gluon_mm_kernel.arg_names if name in shared}
+    """Descriptors are built here, on the host: built by each program on the device they cost
+    ~4 µs of every call (400x3072x64: 7.9 µs against tma's 3.8; H100, 2026-11-28), and a
+    replay re-bases them as it does tma's (kernels/launches.py)."""
+    a, b = _product_operands(gemm, tunables)
+    block_m, block_n, tail = tunables["BLOCK_M"], tunables["BLOCK_N"], tunables["BLOCK_N_TAIL"]
+    block_k = tunables["BLOCK_K"]
+    by_descriptor = tma.out_by_descriptor(gemm.out)
+
+    def out_part(width: int):
+        if not by_descriptor:
+            return None
+        return _descriptor(gemm.out, *((width, block_m) if tunables["SWAP_AB"] else
+                                       (block_m, width)))
+
+    (bias, scale_a, scale_b), epilogue_flags = epilogue_args(gemm)
     warps_m, instr_n, tail_instr_n = wgmma_tiling(tunables)
-    tile = {p: tunables[p] for p in ("BLOCK_M", "BLOCK_N", "BLOCK_N_TAIL", "BLOCK_K", "GROUP_M",
-                                     "num_warps")}
-    tiles = tile_count(M, N, {**tunables, "BLOCK_N": tile_width(tunables)})
-    start(_gluon_mm_kernel, (min(programs, tiles),), (),
-          {**args, "NUM_SMS": programs, **tile, "STAGES": tunables["num_stages"],
-           "WARP_SPECIALIZE": bool(tunables["WARP_SPECIALIZE"]), "WARPS_M": warps_m,
-           "INSTR_N": instr_n, "TAIL_INSTR_N": tail_instr_n}, compile_only)
+    rows, cols = output_tile(tunables)
+    programs = num_sms(gemm.a.device)
+    tiles = tile_count(gemm.mnk[0], gemm.mnk[1], {"BLOCK_M": rows, "BLOCK_N": cols})
+    stride_cm, stride_cn = gemm.out.stride()
+    start(_gluon_mm_kernel, (min(programs, tiles),), (), dict(
+        a_desc=_descriptor(a, block_m, block_k), b_desc=_descriptor(b, block_k, block_n),
+        t_desc=_descriptor(b, block_k, tail) if tail else None,
+        out_desc=out_part(block_n), t_out_desc=out_part(tail) if tail else None,
+        out=gemm.out, M=a.shape[0], N=b.shape[1], K=gemm.mnk[2], stride_cm=stride_cm,
+        stride_cn=stride_cn, bias_ptr=bias, scale_a_ptr=scale_a, scale_b_ptr=scale_b,
+        NUM_SMS=programs, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        GROUP_M=tunables["GROUP_M"], STAGES=tunables["num_stages"], BLOCK_N_TAIL=tail,
+        WARP_SPECIALIZE=bool(tunables["WARP_SPECIALIZE"]), SWAP_AB=bool(tunables["SWAP_AB"]),
+        A_T=is_transposed(a), B_T=is_transposed(b), OUT_DESC=by_descriptor, **epilogue_flags,
+        WARPS_M=warps_m, INSTR_N=instr_n, TAIL_INSTR_N=tail_instr_n,
+        num_warps=tunables["num_warps"]), compile_only)
 
 
 def smem_bytes(tunables: Mapping[str, int], operands: TileOperands) -> int:
-    """The ring (num_stages steps of A and B tiles, B's tail included), the staged output
+    """The ring (num_stages steps of A and B tiles, the tail's included), the staged output
     tile and the barriers: the kernel allocates each of them, and nothing else."""
-    width = tile_width(tunables)
-    ring = tunables["num_stages"] * (tunables["BLOCK_M"] + width) * tunables["BLOCK_K"] * \
-        operands.itemsize
-    staged = tma.staging_smem_bytes(tunables, operands.itemsize, width)
+    rows, cols = output_tile(tunables)
+    ring = tunables["num_stages"] * (rows + cols) * tunables["BLOCK_K"] * operands.itemsize
+    staged = rows * cols * max(operands.itemsize, 2)  # as tma.staging_smem_bytes
     return ring + staged + tma.BARRIER_SMEM_BYTES
 
 
 GLUON = Variant(
     name="gluon",
-    params=(*TILE_PARAMS, "BLOCK_N_TAIL", "WARP_SPECIALIZE"),
+    params=(*TILE_PARAMS, "BLOCK_N_TAIL", "SWAP_AB", "WARP_SPECIALIZE"),
     launch=launch,
     smem_bytes=smem_bytes,
     source_path=Path(__file__),
     unsupported=unsupported,
-    short_names={**TILE_SHORT_NAMES, "BLOCK_N_TAIL": "tail", "WARP_SPECIALIZE": "ws"},
+    short_names={**TILE_SHORT_NAMES, "BLOCK_N_TAIL": "tail", "SWAP_AB": "swap",
+                 "WARP_SPECIALIZE": "ws"},
     no_expand_op=("a Gluon kernel: FlagGems' mm ops are tl kernels, none of which takes a "
                   "Gluon config"),
     tma_fed=True,
     program_per_sm=True,
-    model_seconds=functools.partial(gluon_cost.seconds, tile_width=tile_width),
+    output_tile=output_tile,
+    model_seconds=functools.partial(gluon_cost.seconds, output_tile=output_tile),
 )

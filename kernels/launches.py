@@ -35,6 +35,12 @@ from triton import knobs
 from triton.runtime import _allocation
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+try:  # Gluon kernels (kernels/gluon_mm.py) take descriptors of Gluon's own class
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+    DESCRIPTORS: tuple[type, ...] = (TensorDescriptor, GluonDescriptor)
+except ImportError:
+    DESCRIPTORS = (TensorDescriptor,)
+
 if TYPE_CHECKING:
     from tuner.kernels.base import Config, Gemm, Kernel
 
@@ -125,6 +131,7 @@ class _Rebased:
     KEPT = 16
 
     def __init__(self, recorded: TensorDescriptor):
+        self.kind = type(recorded)
         self.fields = {k: v for k, v in vars(recorded).items() if k != "base"}
         self.by_address: dict[int, TensorDescriptor] = {}
         self.encoded_by_address: dict[int, list] = {}
@@ -134,7 +141,7 @@ class _Rebased:
         if desc is None:
             if len(self.by_address) >= self.KEPT:
                 self.by_address.clear()
-            desc = self.by_address[address] = object.__new__(TensorDescriptor)
+            desc = self.by_address[address] = object.__new__(self.kind)
             desc.__dict__.update(self.fields, base=_Address(address))
         return desc
 
@@ -174,7 +181,7 @@ def _encoded_arguments(fixed: list, slots: tuple, expand, meta: dict) -> tuple[l
     flat, flat_slots = [], []
     for position, arg in enumerate(fixed):
         slot = by_position.get(position)
-        if isinstance(arg, TensorDescriptor):  # over a workspace the replay holds
+        if isinstance(arg, DESCRIPTORS):  # over a workspace the replay holds
             flat += expand(arg, meta[position])
         elif slot is not None and slot[3] is not None:  # a descriptor over an operand
             width = len(expand(slot[3](0), meta[position]))  # any address encodes as wide
@@ -311,7 +318,7 @@ class _Launch:
         if encoder is not None:
             self.direct, self.expand, meta = encoder
         elif (any(rebased is not None for *_, rebased in slots)
-              or any(isinstance(arg, TensorDescriptor) for arg in fixed)):
+              or any(isinstance(arg, DESCRIPTORS) for arg in fixed)):
             self.direct = None  # descriptors, but no expansion of Triton's to encode them
             return
         else:
@@ -352,7 +359,7 @@ class Replay:
                 return None
             fixed, slots = list(args), []
             for position, arg in enumerate(args):
-                if isinstance(arg, TensorDescriptor):
+                if isinstance(arg, DESCRIPTORS):
                     slot = _address_slot(arg.base, operands)
                     if slot is not None:  # not held: the replay must not keep operands alive
                         slots.append((position, *slot, _Rebased(arg)))

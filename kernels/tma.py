@@ -205,7 +205,8 @@ def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int) -> TensorDesc
     return TensorDescriptor.from_tensor(t, [block_rows, block_cols])
 
 
-def _out_by_descriptor(out: torch.Tensor) -> bool:
+def out_by_descriptor(out: torch.Tensor) -> bool:
+    """Whether a TMA descriptor can address the output (else it is stored through pointers)."""
     return not is_transposed(out) and descriptor_problem("out", out) is None
 
 
@@ -224,7 +225,7 @@ def descriptor_args(gemm: Gemm, tunables: Mapping[str, int], out_block_n: int,
     a, b, out = gemm.a, gemm.b, gemm.out
     M, N, K = gemm.mnk
     block_m, block_n, block_k = tunables["BLOCK_M"], tunables["BLOCK_N"], tunables["BLOCK_K"]
-    out_desc = _out_by_descriptor(out)
+    out_desc = out_by_descriptor(out)
     epilogue, epilogue_flags = epilogue_args(gemm)
     if on_device:
         use_torch_allocator()

@@ -28,14 +28,19 @@ from tuner.space import builtin_spaces
 
 # 128×256 on two warp groups: the large-shape tile; 64×64 on one: many tiles per program.
 WIDE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3,
-        "num_warps": 8, "BLOCK_N_TAIL": 0, "WARP_SPECIALIZE": 0}
+        "num_warps": 8, "BLOCK_N_TAIL": 0, "SWAP_AB": 0, "WARP_SPECIALIZE": 0}
 NARROW = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_stages": 4,
-          "num_warps": 4, "BLOCK_N_TAIL": 0, "WARP_SPECIALIZE": 0}
+          "num_warps": 4, "BLOCK_N_TAIL": 0, "SWAP_AB": 0, "WARP_SPECIALIZE": 0}
 # Tiles 144 and 96 wide: a second wgmma of 16 (32) columns beside BLOCK_N's.
 TAILED = {**WIDE, "BLOCK_N": 128, "BLOCK_N_TAIL": 16, "num_stages": 4}
+# Transposed tiles (out^T = b^T a^T): 80 rows of the output by 128 columns, cuBLAS's tile at
+# 400x3072x768; 64 by 64 with a producer warp.
+SWAPPED = {**WIDE, "BLOCK_N": 64, "BLOCK_N_TAIL": 16, "num_stages": 4, "SWAP_AB": 1}
 CONFIGS = {"wide": WIDE, "wide-ws": {**WIDE, "WARP_SPECIALIZE": 1}, "narrow": NARROW,
            "narrow-ws": {**NARROW, "WARP_SPECIALIZE": 1}, "tailed": TAILED,
-           "narrow-tailed-ws": {**NARROW, "BLOCK_N_TAIL": 32, "WARP_SPECIALIZE": 1}}
+           "narrow-tailed-ws": {**NARROW, "BLOCK_N_TAIL": 32, "WARP_SPECIALIZE": 1},
+           "swapped": SWAPPED, "narrow-swapped-ws": {**NARROW, "SWAP_AB": 1,
+                                                     "WARP_SPECIALIZE": 1}}
 
 
 def test_imports_and_is_registered_in_mm_and_its_space():
@@ -135,13 +140,13 @@ def test_refuses_tails_wgmma_cannot_take(on_hopper, change, words):
 
 @pytest.mark.parametrize("dtype, config, reported", [
     # Triton 3.6 and 3.9 on sm_90 (TMA-stored output): ring + staged tile + barriers.
-    ("bf16", WIDE, 213144),
-    ("bf16", {**WIDE, "WARP_SPECIALIZE": 1}, 213180),
-    ("bf16", {**NARROW, "BLOCK_N": 128}, 114848),
-    ("fp8e4m3", WIDE, 139416),
-    ("fp16", {**WIDE, "BLOCK_N": 128, "num_stages": 4, "num_warps": 4}, 164000),
+    ("bf16", WIDE, 213016),
+    ("bf16", {**WIDE, "WARP_SPECIALIZE": 1}, 213164),
+    ("bf16", {**NARROW, "BLOCK_N": 128}, 114720),
+    ("fp8e4m3", WIDE, 139288),
+    ("fp16", {**WIDE, "BLOCK_N": 128, "num_stages": 4, "num_warps": 4}, 163872),
     # 128×(128 + 16), 3 stages: the tail's ring slots and staged columns beside BLOCK_N's.
-    ("bf16", {**TAILED, "num_stages": 3}, 141440),
+    ("bf16", {**TAILED, "num_stages": 3}, 141336),
 ])
 def test_smem_estimate_bounds_what_triton_reported(dtype, config, reported):
     estimate = GLUON.smem_bytes(config, meta_gemm(Shape(4096, 4096, 4096, dtype, "nt")))
@@ -172,6 +177,26 @@ def test_model_term():
     # A tail that fills the SMs in one wave: 129 tiles of 128×144 against 144 of 128×128.
     midsize = Shape(384, 6144, 4096, "bf16", "nt")
     assert predicted(midsize, BLOCK_N=128, BLOCK_N_TAIL=16) < predicted(midsize, BLOCK_N=128)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_swapped_tile_is_modelled_as_the_transposed_product(layout):
+    """out^T = b^T a^T: N×M, b's storage read as the first operand (its layout letter
+    flipped), a's as the second."""
+    flip = {"n": "t", "t": "n"}
+    transposed_layout = flip[layout[1]] + flip[layout[0]]
+    config = {"variant": "gluon", "pad": 0, **SWAPPED}
+    swapped = model.predict_ms(Shape(400, 3072, 768, "fp16", layout), config, model.H100_SXM)
+    plain = model.predict_ms(Shape(3072, 400, 768, "fp16", transposed_layout),
+                             {**config, "SWAP_AB": 0}, model.H100_SXM)
+    assert swapped == plain < math.inf
+
+
+def test_output_tile():
+    assert GLUON.output_tile(TAILED) == (128, 144)
+    assert GLUON.output_tile(SWAPPED) == (80, 128)
+    assert GLUON.smem_bytes(SWAPPED, meta_gemm(Shape(400, 3072, 768, "fp16", "nt"))) == \
+        GLUON.smem_bytes({**SWAPPED, "SWAP_AB": 0}, meta_gemm(Shape(3072, 400, 768, "fp16", "nt")))
 
 
 def test_flaggems_has_no_op_for_it():
@@ -206,7 +231,7 @@ def test_gpu_every_layout_matches_reference(name, dtype, layout, seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["wide", "narrow-ws"])
+@pytest.mark.parametrize("name", ["wide", "narrow-ws", "swapped"])
 def test_gpu_fp8_and_tf32_k_major(name):
     fp8 = seeded_gemm(Shape(1000, 784, 1056, "fp8e4m3", "nt"), 1, bias=True)
     assert fp8.scale_a is not None
@@ -217,7 +242,7 @@ def test_gpu_fp8_and_tf32_k_major(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["wide", "narrow-ws"])
+@pytest.mark.parametrize("name", ["wide", "narrow-ws", "swapped", "narrow-swapped-ws"])
 def test_gpu_outputs_tma_cannot_address_go_through_pointers(name):
     """Rows of 777 bf16 elements are not 16-byte multiples; a column-major out has no unit
     stride along its rows."""

@@ -206,14 +206,17 @@ REPLAYED_CONFIGS = [
     {"variant": "persistent", "pad": 0, **TMA_TILE, "WARP_SPECIALIZE": 0, "FLATTEN": 1,
      "EPILOGUE_SUBTILE": 1},
     # Descriptors built on the device (global scratch held by the replay): a warp-specialized
-    # 128-row persistent tile and the gluon kernel, with and without its producer warp (and
-    # with a tail: 96-column tiles).
+    # 128-row persistent tile. Gluon descriptors built on the host (re-based by the replay):
+    # the gluon kernel, with and without its producer warp (and with a tail: 96-column tiles;
+    # and transposed: 80 rows by 64 columns).
     {"variant": "persistent", "pad": 0, **TMA_TILE, "BLOCK_M": 128, "WARP_SPECIALIZE": 1,
      "FLATTEN": 0, "EPILOGUE_SUBTILE": 0},
     {"variant": "gluon", "pad": 0, **TMA_TILE, "BLOCK_N": 64, "num_stages": 4,
-     "BLOCK_N_TAIL": 0, "WARP_SPECIALIZE": 0},
+     "BLOCK_N_TAIL": 0, "SWAP_AB": 0, "WARP_SPECIALIZE": 0},
     {"variant": "gluon", "pad": 0, **TMA_TILE, "BLOCK_N": 64, "num_stages": 4,
-     "BLOCK_N_TAIL": 32, "WARP_SPECIALIZE": 1},
+     "BLOCK_N_TAIL": 32, "SWAP_AB": 0, "WARP_SPECIALIZE": 1},
+    {"variant": "gluon", "pad": 0, **TMA_TILE, "BLOCK_N": 64, "num_stages": 4,
+     "BLOCK_N_TAIL": 16, "SWAP_AB": 1, "WARP_SPECIALIZE": 0},
     # 96×384 in 64×128 tiles: 6 tiles of 16 steps streamed by 12 programs, half a tile each
     # (workspaces held by the replay), also padded.
     {"variant": "streamk", "pad": 0, **TMA_TILE, "num_stages": 3, "SK_FULL_WAVES": 0},
@@ -268,7 +271,7 @@ def test_fp8_calls_replay_or_go_to_torch(variant, monkeypatch):
     dispatch.clear_cache()
 
 
-@pytest.mark.parametrize("config", [REPLAYED_CONFIGS[i] for i in (1, 2, 3, 4, 6, 7, 8, 9, 10)]
+@pytest.mark.parametrize("config", [REPLAYED_CONFIGS[i] for i in (1, 2, 3, 4, 6, 7, 8, 9, 10, 11)]
                          + [{"variant": "cublas", "pad": 0}], ids=config_label)
 def test_cuda_graph_capture_replays_tuner_linear(config, monkeypatch):
     """Decode under CUDA graphs (vLLM, reduce-overhead): warm up, capture tuner.linear into a

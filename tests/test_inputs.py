@@ -420,8 +420,9 @@ def test_a_wrong_schema_table_names_file_and_field(table, edit, words):
 
 
 def test_a_table_written_before_a_parameter_reads_its_earlier_value(table):
-    """A gluon config written before the variant took BLOCK_N_TAIL on (a deployment's table
-    of 2026-11-27) runs as it ran then, without a tail, rather than failing the table."""
+    """A gluon config written before the variant took BLOCK_N_TAIL and SWAP_AB on (a
+    deployment's table of 2026-11-27) runs as it ran then, without a tail and not transposed,
+    rather than failing the table."""
     from tuner import runtime
     from tuner.formats.files import write_atomic
     from tuner.formats.table import read_table
@@ -433,7 +434,7 @@ def test_a_table_written_before_a_parameter_reads_its_earlier_value(table):
     doc["ops"]["mm"]["entries"][0]["alternates"] = [written]
     write_atomic(path, doc)
     entry = read_table(path, variants=kernel_variants()).ops["mm"]["entries"][0]
-    assert entry["alternates"] == [{**written, "BLOCK_N_TAIL": 0}]
+    assert entry["alternates"] == [{**written, "BLOCK_N_TAIL": 0, "SWAP_AB": 0}]
     assert entry["config"] == doc["ops"]["mm"]["entries"][0]["config"]  # general takes none
     assert runtime.get_tuned_config("mm", M=64, N=64, K=64, dtype="bf16", stride_am=64,
                                     stride_bk=64, path=path).source == "table"

@@ -299,6 +299,20 @@ def test_a_persistent_neighbour_tile_is_halved_where_that_fills_the_last_wave(
     assert same_but_pipeline(triton(path, **key(5000, N=1024)), dict(tile, BLOCK_N=block_n))
 
 
+def test_a_tile_is_counted_by_its_variants_output_tile():
+    """A gluon tile 64 + 16 wide is transposed under SWAP_AB, 80 rows by 128 columns: 400x3072
+    takes 5 x 24 of them (cuBLAS's grid there), and a call of 48 rows fits it, where the
+    plain 128x80 tile would take 4 x 39 and be 2.7 times as tall as such a call."""
+    swapped = {"variant": "gluon", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64,
+               "GROUP_M": 8, "num_stages": 4, "num_warps": 4, "BLOCK_N_TAIL": 16,
+               "SWAP_AB": 1, "WARP_SPECIALIZE": 0}
+    plain = {**swapped, "SWAP_AB": 0}
+    assert fallback._tiles({"M": 400, "N": 3072}, swapped) == 5 * 24
+    assert fallback._tiles({"M": 400, "N": 3072}, plain) == 4 * 39
+    assert fallback._fits({"M": 48, "N": 3072}, swapped)
+    assert not fallback._fits({"M": 48, "N": 3072}, plain)
+
+
 def same_but_pipeline(config, expected) -> bool:
     """The config is `expected` at whatever pipeline depth the model chose: a TMA-fed tile's
     num_stages is re-chosen for the key too (test_only_a_tma_fed_neighbour_...)."""

@@ -208,13 +208,16 @@ PARAM_RULES: dict[str, tuple[Callable[[int], bool], str]] = {
     "BLOCK_N_TAIL": (lambda v: v == 0 or _power_of_two(8, 256)(v),
                      "0 (no tail) or powers of two from 8 to 256 (a wgmma's width)"),
     **{name: (lambda v: v in (0, 1), "0 or 1")
-       for name in ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE")},
+       for name in ("WARP_SPECIALIZE", "FLATTEN", "EPILOGUE_SUBTILE", "SWAP_AB")},
 }
 ANY_COUNT = (lambda v: v >= 0, "non-negative integers")
 # Parameters a variant took on after tables were written, each with the value that runs a
 # config as the kernel ran before it: a table's config without one reads it
 # (tuner.formats.table), so that a deployment's table keeps working across the upgrade.
-LATER_PARAM_DEFAULTS: dict[str, int] = {"BLOCK_N_TAIL": 0}  # gluon, 2026-11-28: no tail
+LATER_PARAM_DEFAULTS: dict[str, int] = {
+    "BLOCK_N_TAIL": 0,  # gluon, 2026-11-28: no tail
+    "SWAP_AB": 0,  # gluon, 2026-11-28: the tile as it is, not transposed
+}
 
 
 def allowed_value(name: str, value: object) -> bool:

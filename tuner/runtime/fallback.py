@@ -139,15 +139,14 @@ def variation_maker(op: str, device_name: str | None
 
     def halved(key: Mapping, config: dict) -> Iterator[dict]:
         """The tile with BLOCK_M, then BLOCK_N, halved, where that fills the SMs better."""
-        sizes = {"BLOCK_M": key["M"], "BLOCK_N": key["N"]}
-        tiles = _tiles(sizes, config)
+        tiles = _tiles(key, config)
         variant = variants.get(config["variant"])
         if tiles >= sm_count and not (variant is not None and variant.program_per_sm):
             return
-        for block in sizes:
+        for block in ("BLOCK_M", "BLOCK_N"):
             smaller = {**config, block: config[block] // 2}
-            if (smaller[block] >= MIN_BLOCK and _fits(sizes, smaller)
-                    and _wave_fill(_tiles(sizes, smaller), sm_count)
+            if (smaller[block] >= MIN_BLOCK and _fits(key, smaller)
+                    and _wave_fill(_tiles(key, smaller), sm_count)
                     > _wave_fill(tiles, sm_count)):
                 yield smaller
 
@@ -172,18 +171,30 @@ def variation_maker(op: str, device_name: str | None
     return of_candidates
 
 
-def _fits(sizes: Mapping[str, int], config: Mapping) -> bool:
-    """Whether no block of the tile is twice the call's size or more, past MIN_BLOCK (sizes as
-    in _tiles): a tile that tall computes mostly padding rows, and there the model is least
-    right (benchmarks/fallback_pool.py: it rates such neighbour tiles ahead of cuBLAS where
-    they run well behind it)."""
-    return all(config[block] < 2 * max(size, MIN_BLOCK) for block, size in sizes.items())
+def _output_tile(config: Mapping) -> tuple[int, int]:
+    """The config's (rows, columns) of the output per tile, by its variant's rule
+    (Variant.output_tile): gluon's tiles are wider than BLOCK_N, or transposed."""
+    from tuner.kernels import KERNELS
+    for kernel in KERNELS.values():
+        variant = kernel.variant.get(config["variant"])
+        if variant is not None:
+            return variant.output_tile(config)
+    return config["BLOCK_M"], config["BLOCK_N"]
+
+
+def _fits(key: Mapping, config: Mapping) -> bool:
+    """Whether no side of the tile is twice the call's size or more, past MIN_BLOCK: a tile
+    that tall computes mostly padding rows, and there the model is least right
+    (benchmarks/fallback_pool.py: it rates such neighbour tiles ahead of cuBLAS where they run
+    well behind it)."""
+    return all(side < 2 * max(size, MIN_BLOCK)
+               for side, size in zip(_output_tile(config), (key["M"], key["N"])))
 
 
 def _suits(key: Mapping, config: Mapping) -> bool:
     """Whether a candidate's tile fits the key (_fits); a config without output tiles (cuBLAS,
     gemv) always does."""
-    return "BLOCK_N" not in config or _fits({"BLOCK_M": key["M"], "BLOCK_N": key["N"]}, config)
+    return "BLOCK_N" not in config or _fits(key, config)
 
 
 def _wave_fill(tiles: int, sm_count: int) -> float:
@@ -191,9 +202,10 @@ def _wave_fill(tiles: int, sm_count: int) -> float:
     return tiles / (-(-tiles // sm_count) * sm_count)
 
 
-def _tiles(sizes: Mapping[str, int], config: Mapping) -> int:
-    """Output tiles of a grid: sizes maps BLOCK_M and BLOCK_N to the call's M and N."""
-    return math.prod(-(-size // config[block]) for block, size in sizes.items())
+def _tiles(key: Mapping, config: Mapping) -> int:
+    """The output tiles of the config's grid for the key."""
+    rows, cols = _output_tile(config)
+    return -(-key["M"] // rows) * -(-key["N"] // cols)
 
 
 def calibrated_predictor(device_name: str | None
