@@ -43,6 +43,7 @@ BIG_TILE = {**TILE, "BLOCK_M": 128, "BLOCK_N": 256, "num_stages": 3, "num_warps"
 SPLITK = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 8, "num_stages": 4,
           "num_warps": 4}
 PERSISTENT = {"WARP_SPECIALIZE": 0, "FLATTEN": 0, "EPILOGUE_SUBTILE": 0}
+GLUON = {"BLOCK_N_TAIL": 0, "SWAP_AB": 0, "WARP_SPECIALIZE": 0}
 # (config, shape): every variant, padded configs, and fp8.
 ROWS = [
     ({"variant": "gemv", "pad": 0, "BLOCK_M": 4, "BLOCK_K": 512, "num_stages": 2,
@@ -55,6 +56,10 @@ ROWS = [
     ({"variant": "general", "pad": 64, **TILE}, Shape(509, 765, 1023, "bf16", "nn")),
     ({"variant": "tma", "pad": 64, **TILE}, Shape(509, 765, 1023, "bf16", "nn")),
     ({"variant": "tma", "pad": 0, **TILE}, Shape(64, 4096, 4096, "fp8e4m3", "nt")),
+    # Gluon descriptors built on the host: three (a tail adds two), and transposed.
+    ({"variant": "gluon", "pad": 0, **TILE, **GLUON}, Shape(300, 3072, 768, "fp16", "nt")),
+    ({"variant": "gluon", "pad": 0, **TILE, **GLUON, "BLOCK_N": 64, "BLOCK_N_TAIL": 16,
+      "SWAP_AB": 1}, Shape(400, 3072, 768, "fp16", "nt")),
     ({"variant": "cublas", "pad": 0}, Shape(256, 4096, 4096, "bf16", "nt")),
 ]
 

@@ -36,7 +36,7 @@ transposed in registers on its way out. wgmma's columns come in steps of 8 where
 in 64s, so a call with few or odd rows gets a tile that fits them: cuBLAS runs such tiles at
 the mid-size shapes our row-major tiles lose (80 rows at 400x3072 and 160x7168, 104 at
 200x4096; benchmarks/results/vs-cublas/cublas-tiles-h100-dev.md). The host swaps the
-operands' arguments (`_swapped`); the kernel only stores differently.
+operands (`_product_operands`); the kernel only stores differently.
 
 WARP_SPECIALIZE=1 gives the loads a producer warp of their own (gl.warp_specialize): it
 fills each slot the multiplying warps release on the slot's second mbarrier, up to
@@ -526,12 +526,8 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     if arch != HOPPER_ARCH:
         target = f"sm_{arch}" if arch else "no CUDA GPU"
         return f"gluon: a Hopper (sm_{HOPPER_ARCH}) kernel, and the target is {target}"
-    problem = (_tile_problem(tunables, gemm.itemsize) or _operand_problem(gemm)
-               or tma.unsupported(gemm, tunables))
-    if problem is None and tunables["SWAP_AB"]:  # the same storage, but for degenerate shapes
-        problem = (tma.descriptor_problem("B^T", gemm.b.t())
-                   or tma.descriptor_problem("A^T", gemm.a.t()))
-    return problem
+    return (_tile_problem(tunables, gemm.itemsize) or _operand_problem(gemm)
+            or tma.unsupported(gemm, tunables))
 
 
 def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int):
