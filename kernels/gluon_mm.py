@@ -531,11 +531,9 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
 
 
 def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int):
-    """A Gluon TMA descriptor of block_rows×block_cols blocks of t over its storage (a
-    transposed t's are block_cols×block_rows blocks of t.t()), in the swizzled shared layout
-    wgmma reads and TMA stores from."""
-    storage, block = (t.t(), [block_cols, block_rows]) if is_transposed(t) else (
-        t, [block_rows, block_cols])
+    """A Gluon TMA descriptor of block_rows×block_cols blocks of t over its storage
+    (tma.storage_block), in the swizzled shared layout wgmma reads and TMA stores from."""
+    storage, block = tma.storage_block(t, block_rows, block_cols)
     layout = gl.NVMMASharedLayout.get_default_for(block, _GLUON_DTYPES[t.dtype])
     return GluonTensorDescriptor.from_tensor(storage, block, layout)
 

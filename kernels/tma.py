@@ -197,12 +197,19 @@ def unsupported(gemm: Gemm, tunables: Mapping[str, int]) -> str | None:
     return descriptor_problem("A", gemm.a) or descriptor_problem("B", gemm.b)
 
 
-def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int) -> TensorDescriptor:
-    """A descriptor of block_rows×block_cols blocks of t, over t's storage: a transposed t
-    is stored as t.t(), whose blocks are block_cols×block_rows."""
+def storage_block(t: torch.Tensor, block_rows: int, block_cols: int
+                  ) -> tuple[torch.Tensor, list[int]]:
+    """t's storage and a block_rows×block_cols block of t as a block of it: a transposed t
+    is stored as t.t(), whose blocks are block_cols×block_rows. What a descriptor of t's
+    blocks is built over (here, and gluon's)."""
     if is_transposed(t):
-        return TensorDescriptor.from_tensor(t.t(), [block_cols, block_rows])
-    return TensorDescriptor.from_tensor(t, [block_rows, block_cols])
+        return t.t(), [block_cols, block_rows]
+    return t, [block_rows, block_cols]
+
+
+def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int) -> TensorDescriptor:
+    """A descriptor of block_rows×block_cols blocks of t, over t's storage."""
+    return TensorDescriptor.from_tensor(*storage_block(t, block_rows, block_cols))
 
 
 def out_by_descriptor(out: torch.Tensor) -> bool:
