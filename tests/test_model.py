@@ -346,6 +346,25 @@ def test_ranked_configs_are_feasible_sorted_and_complete(shape, k, smem_limit):
     assert len(ranked) == (feasible if k is None else min(k, feasible))
 
 
+@pytest.mark.parametrize("variant", ["general", "tma", "persistent", "streamk"])
+def test_program_orders_the_model_cannot_tell_apart_rank_the_larger_group_first(variant):
+    """512x4096x11008 in 128x128 tiles is one wave of 128 tiles: every program order is
+    predicted alike, and the tie goes to the largest group (on an H100, GROUP_M 1 ran 85 µs
+    there and 4 or 8 ran 63). A larger group is not preferred where the model tells them
+    apart: it never ranks a slower prediction first."""
+    shape = Shape(512, 4096, 11008, "bf16", "nt")
+    own = {"persistent": dict(WARP_SPECIALIZE=[0], FLATTEN=[1], EPILOGUE_SUBTILE=[1]),
+           "streamk": dict(SK_FULL_WAVES=[0])}.get(variant, {})
+    space = _space("mm", variant=[variant], pad=[0], BLOCK_M=[128], BLOCK_N=[128],
+                   BLOCK_K=[64], GROUP_M=[1, 4, 8, 16], num_stages=[5], num_warps=[4], **own)
+    ranked = model.rank_configs(shape, space, KERNELS["mm"], model.H100_SXM)
+    assert len({ms for ms, _ in ranked}) == 1
+    assert [config["GROUP_M"] for _, config in ranked] == [16, 8, 4, 1]
+    wide = Shape(8192, 8192, 8192, "bf16", "nn")  # many waves: the order's bytes differ
+    times = [ms for ms, _ in model.rank_configs(wide, space, KERNELS["mm"], model.H100_SXM)]
+    assert times == sorted(times)
+
+
 @pytest.mark.parametrize("parts", [1, 2, 3, 7])
 def test_a_spaces_parts_hold_each_of_its_configs_once_at_its_index(parts):
     space = SMALL_SPACES["mm"]

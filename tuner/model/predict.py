@@ -278,7 +278,11 @@ def _scored(shape: Shape, configs: Iterable[tuple[int, dict]], spec: DeviceSpec,
             allow_tf32: bool) -> Iterator[tuple[float, int, dict]]:
     """(ms, index, config) for every modelled one of the (index in the space, config),
     fastest first. Ties go to the config using fewer resources (shared memory, then warps),
-    as in the tuner's final re-timing, then to the space's order. Most configs tie with
+    as in the tuner's final re-timing, then to the larger GROUP_M, then to the space's
+    order. Within one wave the modelled DRAM bytes cannot tell program orders apart, yet
+    grouping every tile row ran up to 1.8x faster than GROUP_M 1 there (the readers of a
+    panel of B next to each other; H100, benchmarks/results/vs-cublas/README.md, "program
+    order"), and no measured study ran a larger group slower. Most configs tie with
     others (a few thousand distinct times in 300,000 configs): shared memory is reckoned for
     a tie only once the caller reaches it, where for every config it would cost a fifth of
     the ranking."""
@@ -290,7 +294,8 @@ def _scored(shape: Shape, configs: Iterable[tuple[int, dict]], spec: DeviceSpec,
     scored.sort(key=lambda entry: entry[:2])
     for _, tie in itertools.groupby(scored, key=lambda entry: entry[0]):
         yield from sorted(tie, key=lambda entry: (_smem_bytes(entry[2], operands),
-                                                  entry[2].get("num_warps", 0)))
+                                                  entry[2].get("num_warps", 0),
+                                                  -entry[2].get("GROUP_M", 0)))
 
 
 def rank_configs(shape: Shape, space: SearchSpace, kernel, spec: DeviceSpec,
