@@ -245,6 +245,34 @@ def test_the_model_re_splits_a_split_k_neighbour_for_a_longer_k(tmp_path):
     assert dict(config) == dict(two_slices, SPLIT_K=config["SPLIT_K"])
 
 
+def test_a_neighbours_pipelines_offered_to_a_key_fit_the_devices_shared_memory(tmp_path,
+                                                                               monkeypatch):
+    """A 128x256 TMA tile at 3 stages (~145 KB): its pipelines of 5 stages and more at
+    BLOCK_K 64 (the space holds up to 8) would not fit an H100's 227 KB and fail at launch,
+    so they are never offered; those that fit are. Seen on an H100: a gluon neighbour's pipeline
+    of 312 KB answered a key and its launch failed (out of resource: shared memory)."""
+    wide = {"variant": "tma", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
+            "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
+    offered = []
+
+    def last(device_name):
+        def fastest(key, measured, variations, calibration, cublas):
+            offered.extend(dict(config) for config in variations)
+            return measured[0]
+        return fastest
+
+    monkeypatch.setattr(fallback, "fastest_predicted", last)
+    path = write_table(tmp_path / "t.yaml", [(key(4096), wide)])
+    assert dict(triton(path, **key(1000))) == wide
+    gemm = meta_gemm(Shape(1000, 4096, 4096, "bf16"))
+    smem = {(c["BLOCK_K"], c["num_stages"]): KERNELS["mm"].smem_bytes(c, gemm)
+            for c in offered if (c["BLOCK_M"], c["BLOCK_N"]) == (128, 256)}
+    limit = model.H100_SXM.smem_per_block
+    assert smem and all(need <= limit for need in smem.values())
+    assert (32, 8) in smem and (64, 4) in smem and (64, 5) not in smem
+    assert KERNELS["mm"].smem_bytes(dict(wide, num_stages=5), gemm) > limit
+
+
 def test_a_halved_neighbour_tile_answers_when_predicted_clearly_faster(tmp_path, monkeypatch):
     """The only entry's 64x128 tile gives 128x2304x768 (fp16, nt) 36 output tiles, under one
     wave of SMs; halved to 64x64 it gives 72, which the model predicts well over

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from tuner.formats.table import Measurement
 from tuner.runtime.answer import CUBLAS, CUBLAS_CONFIG, TunedConfig
-from tuner.runtime.runnable import shape_of
+from tuner.runtime.runnable import key_gemm, shape_of
 from tuner.space import config_signature
 
 if TYPE_CHECKING:
@@ -97,7 +97,9 @@ def variation_maker(op: str, device_name: str | None
     """A function giving the variations of a key's candidates that suit the key rather than
     the neighbour they were tuned for, each once and none a candidate itself; None when the
     kernels cannot be imported (the candidates then stay as they are). Each variation must be
-    allowed (run on the key: the lookup's predicate). A neighbour's config was tuned for the
+    allowed (run on the key: the lookup's predicate) and fit the shared memory of the table's
+    device (nothing measured it: a deeper pipeline of a neighbour's tile may not fit, and
+    would fail at launch). A neighbour's config was tuned for the
     neighbour's split of the work; the parts of a config that follow from the call's size are
     re-chosen for the key:
 
@@ -121,7 +123,8 @@ def variation_maker(op: str, device_name: str | None
     except ImportError:
         return None
     space = builtin_spaces(kernel_variants()).get(op)
-    variants = KERNELS[op].variant if op in KERNELS else {}
+    kernel = KERNELS.get(op)
+    variants = kernel.variant if kernel is not None else {}
     params = space.params if space is not None else {}
     splits, stages = params.get("SPLIT_K", ()), params.get("num_stages", ())
     block_ks = params.get("BLOCK_K", ())
@@ -161,10 +164,16 @@ def variation_maker(op: str, device_name: str | None
     def of_candidates(key: Mapping, configs: list, allowed: Callable[[Mapping], bool]) -> list:
         taken = {config_signature(config) for config in configs}
         made = {}
+        gemm = key_gemm(key) if kernel is not None else None
+
+        def fits(config: Mapping) -> bool:
+            return gemm is None or kernel.smem_bytes(config, gemm) <= spec.smem_per_block
+
         for config in configs:
             for other in variations(key, config):
                 signature = config_signature(other)
-                if signature not in taken and signature not in made and allowed(other):
+                if (signature not in taken and signature not in made and allowed(other)
+                        and fits(other)):
                     made[signature] = TunedConfig(other, config.source, config.bucket)
         return list(made.values())
 

@@ -34,7 +34,7 @@ def installed_variants() -> dict[str, dict[str, tuple[str, ...]]] | None:
 
 def runnability(op: str) -> Callable[[Mapping], Callable[[Mapping], bool]] | None:
     """A function giving, for a raw key, whether the op's kernel can run a config on it: the
-    kernel's own verdict (Kernel.unsupported) on the key's GEMM as meta tensors (_key_gemm).
+    kernel's own verdict (Kernel.unsupported) on the key's GEMM as meta tensors (key_gemm).
     None when the kernels cannot be imported: every config then counts as runnable."""
     try:
         from tuner.kernels import KERNELS
@@ -45,14 +45,14 @@ def runnability(op: str) -> Callable[[Mapping], Callable[[Mapping], bool]] | Non
         return None
 
     def on(key: Mapping) -> Callable[[Mapping], bool]:
-        gemm = _key_gemm(key)
+        gemm = key_gemm(key)
         return lambda config: (config["variant"] in kernel.variant
                                and kernel.unsupported(config, gemm) is None)
 
     return on
 
 
-def _key_gemm(key: Mapping):
+def key_gemm(key: Mapping):
     """The key's GEMM on meta tensors, A and B with the key's own row strides. The key holds
     no pointer, so the pointers count as 16-byte aligned (a meta tensor's is 0); the
     dispatcher checks the call itself. `layout` reads a row stride that is neither 1 nor the
