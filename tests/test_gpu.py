@@ -255,6 +255,27 @@ def test_replayed_calls_compute_their_own_operands(config, monkeypatch):
     dispatch.clear_cache()
 
 
+@pytest.mark.parametrize("config", [c for c in REPLAYED_CONFIGS
+                                    if c["variant"] in ("tma", "gluon") and not c["pad"]],
+                         ids=config_label)
+def test_replays_of_host_built_descriptors_call_the_c_launcher_itself(config, monkeypatch):
+    """On Triton 3.6 a replay calls the C launcher with each descriptor encoded once per
+    address (kernels/launches._Launch), gluon's descriptors as tma's: through Triton's own
+    wrapper every call would encode them again. Gluon's calls cost 14.5 host µs against
+    tma's 9.2 on the same shape (benchmarks/results/host-overhead/); this says whether that
+    is why."""
+    import triton
+    if not triton.__version__.startswith("3.6"):
+        pytest.skip("the direct launch is Triton 3.6's launcher (kernels/launches.py)")
+    _forced(monkeypatch, config)
+    weight = torch.randn(384, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(96, 1024, device="cuda", dtype=torch.bfloat16)
+    tuner.linear(x, weight)
+    (call,) = dispatch._CALLS.values()
+    assert all(launch.flat is not None for launch in call.prepared.replay.launches)
+    dispatch.clear_cache()
+
+
 @pytest.mark.parametrize("variant", ["tma", "general", "cublas"])
 def test_fp8_calls_replay_or_go_to_torch(variant, monkeypatch):
     tiles = {"tma": TMA_TILE, "general": VARIANT_CONFIGS["general"], "cublas": {}}[variant]
