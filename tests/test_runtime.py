@@ -249,8 +249,9 @@ def test_a_neighbours_pipelines_offered_to_a_key_fit_the_devices_shared_memory(t
                                                                                monkeypatch):
     """A 128x256 TMA tile at 3 stages (~145 KB): its pipelines of 5 stages and more at
     BLOCK_K 64 (the space holds up to 8) would not fit an H100's 227 KB and fail at launch,
-    so they are never offered; those that fit are. Seen on an H100: a gluon neighbour's pipeline
-    of 312 KB answered a key and its launch failed (out of resource: shared memory)."""
+    so they are never offered; those that fit are, as long as the kernel accepts them (not
+    one stage: Kernel.feasible). Seen on an H100: a gluon neighbour's pipeline of 312 KB
+    answered a key and its launch failed (out of resource: shared memory)."""
     wide = {"variant": "tma", "pad": 0, "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64,
             "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
     offered = []
@@ -270,6 +271,7 @@ def test_a_neighbours_pipelines_offered_to_a_key_fit_the_devices_shared_memory(t
     limit = model.H100_SXM.smem_per_block
     assert smem and all(need <= limit for need in smem.values())
     assert (32, 8) in smem and (64, 4) in smem and (64, 5) not in smem
+    assert (32, 1) not in smem
     assert KERNELS["mm"].smem_bytes(dict(wide, num_stages=5), gemm) > limit
 
 

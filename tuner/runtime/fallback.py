@@ -97,11 +97,11 @@ def variation_maker(op: str, device_name: str | None
     """A function giving the variations of a key's candidates that suit the key rather than
     the neighbour they were tuned for, each once and none a candidate itself; None when the
     kernels cannot be imported (the candidates then stay as they are). Each variation must be
-    allowed (run on the key: the lookup's predicate) and fit the shared memory of the table's
-    device (nothing measured it: a deeper pipeline of a neighbour's tile may not fit, and
-    would fail at launch). A neighbour's config was tuned for the
-    neighbour's split of the work; the parts of a config that follow from the call's size are
-    re-chosen for the key:
+    allowed (run on the key: the lookup's predicate) and feasible on the table's device
+    (Kernel.feasible: nothing measured it, and a deeper pipeline of a neighbour's tile may
+    not fit its shared memory, and would fail at launch). A neighbour's config was tuned for
+    the neighbour's split of the work; the parts of a config that follow from the call's
+    size are re-chosen for the key:
 
     - Each split-K candidate at every other SPLIT_K of the op's built-in space: how many
       slices K is cut into should fill the SMs given the output tiles, a matter of the call's
@@ -167,7 +167,7 @@ def variation_maker(op: str, device_name: str | None
         gemm = key_gemm(key) if kernel is not None else None
 
         def fits(config: Mapping) -> bool:
-            return gemm is None or kernel.smem_bytes(config, gemm) <= spec.smem_per_block
+            return gemm is None or kernel.feasible(config, gemm, spec.smem_per_block) is None
 
         for config in configs:
             for other in variations(key, config):
