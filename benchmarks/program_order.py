@@ -70,11 +70,10 @@ def main() -> int:
           + " | ".join(f"G{g} µs (ratio)" for g in GROUPS) + " | predicted µs |")
     print("|---|---|---|---|" + "---|" * len(GROUPS) + "---|")
     for shape, bm, bn, stages in ROWS:
-        bench = ShapeBench(backend, shape, 0)
+        bench, gemm = ShapeBench(backend, shape, 0), meta_gemm(shape)
         cublas_ms = bench.run("mm", {"variant": "cublas", "pad": 0}, short=True).p50_ms
         for variant in variants:
             row = configs(variant, bm, bn, stages)
-            gemm = meta_gemm(shape)
             if why := kernel.feasible(row[0], gemm, backend.info.smem_per_block):
                 print(f"| {shape} | {config_label(row[0])} | - | - | {why} |")
                 continue
