@@ -18,6 +18,7 @@ from sqlalchemy import select
 
 from tuner.db.models import Device, Study, Trial
 from tuner.db.session import session_factory
+from tuner.kernels.base import config_label
 from tuner.statuses import TrialStatus
 
 
@@ -30,12 +31,6 @@ def best_per_variant(trials: list[Trial]) -> dict[str, Trial]:
                 variant not in best or trial.p50_ms < best[variant].p50_ms):
             best[variant] = trial
     return best
-
-
-def tile(params: dict) -> str:
-    shown = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_stages", "num_warps",
-             "WARP_SPECIALIZE", "EPILOGUE_SUBTILE", "SK_FULL_WAVES")
-    return " ".join(f"{name}={params[name]}" for name in shown if name in params)
 
 
 def across(trials: list[Trial], param: str) -> tuple[list, dict[str, dict]]:
@@ -95,7 +90,7 @@ def main() -> None:
                 timed = sum(t.params["variant"] == variant for t in trials)
                 ratio = f"{cublas.p50_ms / trial.p50_ms:.3f}" if cublas else "–"
                 print(f"| {shape} | {variant} | {timed} | {trial.p50_ms * 1e3:.1f} | {ratio} "
-                      f"| {tile(trial.params)} |")
+                      f"| {config_label(trial.params)} |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ In the model's terms that is the persistent variant's flattened loop: the pipeli
 and never drains between tiles (refill hidden), each step is an asynchronous wgmma fed by TMA,
 and a tile's epilogue runs on the warps that multiply. With WARP_SPECIALIZE a producer warp
 issues the loads, so a step's chain is its multiplies alone; unlike Triton's own warp
-specialization (kernels/persistent_cost.py), the multiplying warps are num_warps.
+specialization (kernels/persistent_cost.py), the multiplying warps are num_warps. Without it
+the multiplying warps issue each step's copies themselves (A's and B's, and the tail's),
+which a short wgmma does not hide (tuner.model.tiles.COPY_ISSUE_CYCLES).
 Where the kernel cannot run (no wgmma for the tile or the dtype, operands TMA cannot address,
 8- and 32-bit operands that are not K-major) the term is infinite, as `unsupported` refuses.
 
@@ -48,5 +50,7 @@ def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int], spec:
     if config["SWAP_AB"]:
         ops, rows, cols = _transposed(ops), cols, rows
     tile = tile_of(config)._replace(BM=rows, BN=cols)
-    return one_program_per_sm(ops, tile, config["GROUP_M"], bool(config["WARP_SPECIALIZE"]),
-                              True, spec)
+    warp_specialized = bool(config["WARP_SPECIALIZE"])
+    copies = 0 if warp_specialized else 3 if config["BLOCK_N_TAIL"] else 2  # _load_step's
+    return one_program_per_sm(ops, tile, config["GROUP_M"], warp_specialized, True, spec,
+                              copies)

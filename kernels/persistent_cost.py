@@ -45,16 +45,19 @@ def seconds(ops: Operands, config: Mapping, smem_bytes: Callable[[], int],
 
 
 def one_program_per_sm(ops: Operands, tile: Tile, group_m: int, warp_specialized: bool,
-                       refill_hidden: bool, spec: DeviceSpec) -> float:
+                       refill_hidden: bool, spec: DeviceSpec, issued_copies: int = 0) -> float:
+    """issued_copies: see tile_step (the gluon kernel without a producer warp)."""
     return kernel_seconds(ops, tile, group_m, spec.sm_count,
-                          _tile_loops(ops, tile, warp_specialized, refill_hidden, spec), spec)
+                          _tile_loops(ops, tile, warp_specialized, refill_hidden, spec,
+                                      issued_copies), spec)
 
 
 @lru_cache(maxsize=65536)
 def _tile_loops(ops: Operands, tile: Tile, warp_specialized: bool, refill_hidden: bool,
-                spec: DeviceSpec) -> float:
+                spec: DeviceSpec, issued_copies: int) -> float:
     """The SMs' share of one_program_per_sm (GROUP_M changes only its DRAM bytes)."""
     return persistent_seconds(output_tiles(ops, tile), cdiv(ops.K, tile.BK),
-                              tile_step(ops, tile, True, True, warp_specialized, spec),
+                              tile_step(ops, tile, True, True, warp_specialized, spec,
+                                        issued_copies),
                               epilogue_seconds(tile, ops.out_itemsize, spec),
                               refill_hidden, spec)

@@ -67,6 +67,13 @@ SCALAR_LOAD_SLOTS = 6
 # loads between MMAs: a bubble of about one shared-memory round trip plus the MMA commit.
 # wgmma is asynchronous, so the bubble overlaps the MMA in flight; mma.sync pays it.
 STEP_BUBBLE_CYCLES = 64
+# A kernel that states its own pipeline (kernels/gluon_mm.py) and has no producer warp issues
+# each step's TMA copies from the multiplying warps, in the same gap: each copy (its barrier's
+# expected bytes, the copy, the ring's bookkeeping) adds this much to the gap, which the MMA
+# in flight hides only while it lasts longer. Fitted to 168 pairs of gluon tiles timed with and
+# without a producer warp on an H200 (benchmarks/results/model-quality/gluon_ws-h200.md):
+# 64-row tiles with a tail ran up to 1.44x slower without one, 128×128 tiles as fast.
+COPY_ISSUE_CYCLES = 160
 # Load latency: a DRAM access ~600-700 ns unloaded (~1000+ cycles: public H100
 # microbenchmarks, chipsandcheese, Luo et al.), more once a GEMM's requests queue: taken as
 # 1 µs for every load. Tile programs that share a panel run side by side and request it
@@ -309,8 +316,10 @@ def loop_slowdown(ops: Operands, tile: Tile, persistent: bool) -> float:
 
 @lru_cache(maxsize=65536)
 def tile_step(ops: Operands, tile: Tile, tma: bool, persistent: bool,
-              warp_specialized: bool, spec: DeviceSpec) -> Step:
-    """One K step of a tile program: BM×BK of A and BK×BN of B into an fp32 accumulator."""
+              warp_specialized: bool, spec: DeviceSpec, issued_copies: int = 0) -> Step:
+    """One K step of a tile program: BM×BK of A and BK×BN of B into an fp32 accumulator.
+    issued_copies: the TMA copies per step that the multiplying warps issue themselves
+    between their wgmmas (COPY_ISSUE_CYCLES each); Triton's own pipeliner counts none."""
     BM, BN, BK = tile.BM, tile.BN, tile.BK
     clock, item = sm_clock_hz(spec), ops.itemsize
     spill = spill_factor(program_regs(tile, ops))
@@ -331,7 +340,7 @@ def tile_step(ops: Operands, tile: Tile, tma: bool, persistent: bool,
     elif warp_specialized:  # producer warps wait and load; the consumers only multiply
         chain = mma
     elif wgmma:  # asynchronous MMAs: the barrier wait overlaps the MMA in flight
-        chain = max(mma, bubble)
+        chain = max(mma, bubble + issued_copies * COPY_ISSUE_CYCLES / clock)
     else:
         chain = mma + bubble
     charged = (charged_bytes(BM * BK, BK if ops.a_k_unit else BM, item)
