@@ -21,7 +21,7 @@ tuner/model/tiles.py; a variant without one (a user's own kernel) has no predict
   INFLIGHT_BYTES_PER_SM, in flight, each for its latency: Little's law) by a rounded
   maximum, since neither hides the other fully; and no less than one program's serial
   chain (its MMA and the barrier bubble, plus the load latency when loads cannot be
-  asynchronous).
+  asynchronous, or the copies it issues itself between wgmmas where no producer warp does).
 - Every load waits about a DRAM latency: the programs that share a panel of A or B run
   side by side and ask for it together, so nearly all wait on a fill. The grouped tile
   order (GROUP_M) sets how often A and B come from DRAM, so the kernel's DRAM floor.
