@@ -261,9 +261,8 @@ def test_replayed_calls_compute_their_own_operands(config, monkeypatch):
 def test_replays_of_host_built_descriptors_call_the_c_launcher_itself(config, monkeypatch):
     """On Triton 3.6 a replay calls the C launcher with each descriptor encoded once per
     address (kernels/launches._Launch), gluon's descriptors as tma's: through Triton's own
-    wrapper every call would encode them again. Gluon's calls cost 14.5 host µs against
-    tma's 9.2 on the same shape (the host-overhead table of 2026-11-28); this says whether
-    that is why."""
+    wrapper every call would encode them again. So gluon's extra host time per call against
+    tma's (the host-overhead table) lies elsewhere."""
     import triton
     if not triton.__version__.startswith("3.6"):
         pytest.skip("the direct launch is Triton 3.6's launcher (kernels/launches.py)")
